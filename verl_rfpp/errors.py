@@ -1,0 +1,18 @@
+"""Exception types of verl-rfpp.
+
+Every error says what was found, what is required and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class RfppError(Exception):
+    """Base class of every error raised by verl-rfpp."""
+
+
+class RfppInputError(RfppError, ValueError):
+    """An estimator or normalization input violates SPEC.md section 1 (shapes, dtypes, uids)."""
+
+
+class EmptyPopulationError(RfppError, ValueError):
+    """The global population of valid tokens is empty (SPEC.md section 4, N = 0)."""

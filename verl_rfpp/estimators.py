@@ -1,0 +1,243 @@
+"""REINFORCE++ and REINFORCE++-baseline advantages (SPEC.md sections 2, 3, 9).
+
+Both estimators take verl's keyword arguments and return ``(advantages, returns)``: the globally
+normalized advantage ``A_hat`` and the raw advantage (``G`` or ``m * C``). This module imports
+torch, numpy and pandas, never verl: it runs on plain tensors in notebooks and tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.distributed as dist
+
+from verl_rfpp.errors import RfppInputError
+from verl_rfpp.normalization import (
+    NormalizationStats,
+    as_bool_mask,
+    compute_dtype,
+    normalize_selected,
+)
+
+_RETURN_CHUNK = 128
+
+
+class EstimatorResult(NamedTuple):
+    """What one estimator call computed: the normalized and raw advantages and their moments."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    stats: NormalizationStats
+
+
+def gamma_of(config: Any) -> float:
+    """The discount ``gamma`` of an algorithm config (SPEC.md section 9).
+
+    ``None`` means 1.0. Accepts an OmegaConf node or verl's ``AlgoConfig`` (both mappings), any
+    other mapping, or any object with a ``gamma`` attribute; a config without ``gamma`` means 1.0.
+    """
+    if config is None:
+        return 1.0
+    if isinstance(config, Mapping):
+        value = config.get("gamma", 1.0)
+    else:
+        value = getattr(config, "gamma", 1.0)
+    gamma = float(1.0 if value is None else value)
+    if not 0.0 <= gamma <= 1.0:
+        raise RfppInputError(
+            f"verl_rfpp: algorithm.gamma = {gamma} is outside [0, 1]; the recipe uses "
+            "algorithm.gamma=1.0 (SPEC.md section 2)."
+        )
+    return gamma
+
+
+def _check_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> None:
+    if token_level_rewards.dim() != 2:
+        raise RfppInputError(
+            "verl_rfpp: token_level_rewards must be (bs, response_length), got shape "
+            f"{tuple(token_level_rewards.shape)}."
+        )
+    if token_level_rewards.shape != response_mask.shape:
+        raise RfppInputError(
+            f"verl_rfpp: token_level_rewards has shape {tuple(token_level_rewards.shape)} but "
+            f"response_mask has shape {tuple(response_mask.shape)}; they must match."
+        )
+    if not token_level_rewards.is_floating_point():
+        raise RfppInputError(
+            f"verl_rfpp: token_level_rewards must be floating point, got {token_level_rewards.dtype}."
+        )
+
+
+def select_rewards(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``select(m, r)``: rewards in working precision, exactly 0 where ``m = 0`` (SPEC.md 1)."""
+    return torch.where(valid, token_level_rewards.to(compute_dtype(token_level_rewards.dtype)), 0.0)
+
+
+def discounted_returns(rewards: torch.Tensor, valid: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """KL-to-go returns ``G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * r[i,u]`` (SPEC.md 2).
+
+    ``rewards`` must already be 0 at masked positions (``select_rewards``), so the sum runs
+    straight through interior mask holes and discounts by position.
+
+    gamma = 1: one suffix sum from a single cumulative sum (CPU ``cumsum`` accumulates in double):
+    ``G[:, t] = total - P[:, t-1]`` with ``P`` the inclusive prefix sum.
+    gamma < 1: exact blocked recurrence, a ``(C, C)`` discount matrix within chunks of
+    ``C = 128`` positions and the carry ``gamma^(C-t) * G[:, next chunk start]`` between them.
+    """
+    batch, length = rewards.shape
+    if length == 0:
+        return rewards.clone()
+    if gamma == 1.0:
+        prefix = torch.cumsum(rewards, dim=1)
+        returns = torch.empty_like(rewards)
+        returns[:, 0] = prefix[:, -1]
+        torch.sub(prefix[:, -1:], prefix[:, :-1], out=returns[:, 1:])
+        del prefix
+    else:
+        returns = _discounted_returns_blocked(rewards, gamma)
+    return returns.masked_fill_(~valid, 0.0)
+
+
+def _discounted_returns_blocked(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    batch, length = rewards.shape
+    chunk = min(_RETURN_CHUNK, length)
+    chunks = -(-length // chunk)
+    padded = torch.nn.functional.pad(rewards, (0, chunks * chunk - length)).view(batch, chunks, chunk)
+    offsets = torch.arange(chunk, dtype=torch.float64)
+    lags = offsets[:, None] - offsets[None, :]  # lags[u, t] = u - t
+    discount = torch.where(lags >= 0, torch.pow(gamma, lags.clamp(min=0)), 0.0).to(rewards.dtype)
+    local = torch.matmul(padded, discount)  # sum over u >= t within the chunk
+    carry_weight = torch.pow(gamma, chunk - offsets).to(rewards.dtype)  # gamma^(C - t)
+    carry = torch.zeros(batch, dtype=rewards.dtype)
+    for index in range(chunks - 1, -1, -1):
+        local[:, index].add_(carry[:, None] * carry_weight)
+        carry = local[:, index, 0]
+    return local.view(batch, chunks * chunk)[:, :length].contiguous()
+
+
+def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int]:
+    """Integer group ids for the ``uid`` of each row (arbitrary hashable uids, vectorized)."""
+    if index is None:
+        raise RfppInputError(
+            "verl_rfpp: reinforce_plus_plus_baseline needs `index` (verl's `uid` per response) to "
+            "form prompt groups (SPEC.md section 3); pass index=data.non_tensor_batch['uid']."
+        )
+    uids = index.cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index, dtype=object)
+    if uids.ndim != 1 or len(uids) != batch:
+        raise RfppInputError(
+            f"verl_rfpp: index must hold one uid per row ({batch} rows), got shape {uids.shape}."
+        )
+    codes, uniques = pd.factorize(uids, use_na_sentinel=False)
+    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques)
+
+
+def group_centered_rewards(rewards: torch.Tensor, valid: torch.Tensor, index: Any) -> torch.Tensor:
+    """``C_i = R_i - b_g`` with the inclusive group mean ``b_g`` (SPEC.md section 3), float64.
+
+    ``R_i`` sums ``rewards`` (already 0 at masked positions). Rows without any valid token are
+    padding, not responses: they are in no group and get ``C_i = 0``; a group of one gets 0.
+    """
+    batch = rewards.shape[0]
+    codes, groups = group_codes(index, batch)
+    codes = codes.to(rewards.device)
+    scores = rewards.sum(dim=1).to(torch.float64)
+    is_response = valid.any(dim=1)
+    members = is_response.to(torch.float64)
+    group_size = torch.zeros(groups, dtype=torch.float64, device=rewards.device).index_add_(0, codes, members)
+    group_total = torch.zeros_like(group_size).index_add_(0, codes, scores * members)
+    group_mean = group_total / group_size.clamp(min=1.0)
+    centered = scores - group_mean[codes]
+    return torch.where(is_response & (group_size[codes] > 1), centered, 0.0)
+
+
+def reinforce_plus_plus(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    *,
+    process_group: Optional[dist.ProcessGroup] = None,
+) -> EstimatorResult:
+    """REINFORCE++ (SPEC.md section 2): normalized KL-to-go returns.
+
+    Args:
+        token_level_rewards: ``(bs, response_length)``, ``R`` on the final valid token minus
+            ``beta * d`` on valid tokens (verl applies the k1 shaping before the estimator).
+        response_mask: ``(bs, response_length)``, ``m != 0`` marks valid tokens.
+        config: anything ``gamma_of`` accepts.
+        process_group: see ``masked_global_normalize``.
+
+    Returns:
+        ``EstimatorResult(A_hat, G, stats)`` in the rewards' dtype.
+    """
+    _check_rewards(token_level_rewards, response_mask)
+    gamma = gamma_of(config)
+    valid = as_bool_mask(response_mask)
+    returns = discounted_returns(select_rewards(token_level_rewards, valid), valid, gamma)
+    advantages, stats = normalize_selected(returns, valid, process_group=process_group)
+    dtype = token_level_rewards.dtype
+    return EstimatorResult(advantages.to(dtype), returns.to(dtype), stats)
+
+
+def reinforce_plus_plus_baseline(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    *,
+    process_group: Optional[dist.ProcessGroup] = None,
+) -> EstimatorResult:
+    """REINFORCE++-baseline (SPEC.md section 3): normalized group-centred outcome rewards.
+
+    ``R_i = sum_t select(m, r)``, ``C_i = R_i - mean_{j in g(i)} R_j``, ``A_raw = m * C_i``,
+    then the global normalization of section 4.
+
+    Args:
+        token_level_rewards: ``(bs, response_length)``.
+        response_mask: ``(bs, response_length)``, ``m != 0`` marks valid tokens.
+        index: ``(bs,)`` uids (verl's ``uid``), any hashable values.
+        process_group: see ``masked_global_normalize``; groups must not span ranks.
+
+    Returns:
+        ``EstimatorResult(A_hat, m * C, stats)`` in the rewards' dtype.
+    """
+    _check_rewards(token_level_rewards, response_mask)
+    valid = as_bool_mask(response_mask)
+    rewards = select_rewards(token_level_rewards, valid)
+    centered = group_centered_rewards(rewards, valid, index).to(rewards.dtype)
+    del rewards
+    raw = torch.where(valid, centered[:, None], 0.0)
+    advantages, stats = normalize_selected(raw, valid, process_group=process_group)
+    dtype = token_level_rewards.dtype
+    return EstimatorResult(advantages.to(dtype), raw.to(dtype), stats)
+
+
+def compute_reinforce_plus_plus_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl signature of REINFORCE++ (SPEC.md sections 2, 9); extra keywords are ignored.
+
+    Returns ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``G``.
+    """
+    result = reinforce_plus_plus(token_level_rewards, response_mask, config)
+    return result.advantages, result.returns
+
+
+def compute_reinforce_plus_plus_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    index: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl signature of REINFORCE++-baseline (SPEC.md sections 3, 9); extra keywords ignored.
+
+    Returns ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``m * C``.
+    """
+    result = reinforce_plus_plus_baseline(token_level_rewards, response_mask, index)
+    return result.advantages, result.returns
