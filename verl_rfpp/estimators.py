@@ -126,7 +126,12 @@ def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int]:
             "verl_rfpp: reinforce_plus_plus_baseline needs `index` (verl's `uid` per response) to "
             "form prompt groups (SPEC.md section 3); pass index=data.non_tensor_batch['uid']."
         )
-    uids = index.cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index, dtype=object)
+    if isinstance(index, torch.Tensor):
+        uids = index.cpu().numpy()
+    elif isinstance(index, np.ndarray):
+        uids = index
+    else:  # fromiter keeps tuples as single uids, where asarray would add a dimension
+        uids = np.fromiter(index, dtype=object, count=len(index))
     if uids.ndim != 1 or len(uids) != batch:
         raise RfppInputError(
             f"verl_rfpp: index must hold one uid per row ({batch} rows), got shape {uids.shape}."

@@ -67,12 +67,8 @@ def accumulate(values: torch.Tensor) -> torch.Tensor:
 
 
 def accumulate_squares(values: torch.Tensor) -> torch.Tensor:
-    """Sum of squares of all elements as a float64 0-dim tensor (``accumulate`` of ``x**2``).
-
-    Row-wise dot products (no squared temporary), accumulated across rows in float64.
-    """
-    rows = values.reshape(-1, values.shape[-1]) if values.dim() else values.reshape(1, 1)
-    return torch.einsum("ij,ij->i", rows, rows).to(torch.float64).sum()
+    """Sum of squares of all elements as a float64 0-dim tensor, accumulated like ``accumulate``."""
+    return accumulate(values.square())
 
 
 def _all_reduce(values: torch.Tensor, process_group: Optional[dist.ProcessGroup]) -> torch.Tensor:

@@ -1,0 +1,280 @@
+"""Both estimators against the independent float64 reference (SPEC.md sections 1-4, 9)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+import reference
+from batches import make_batch
+from verl_rfpp import (
+    EmptyPopulationError,
+    RfppInputError,
+    compute_reinforce_plus_plus_advantage,
+    compute_reinforce_plus_plus_baseline_advantage,
+    reinforce_plus_plus,
+    reinforce_plus_plus_baseline,
+)
+
+TOLERANCE = {torch.float32: 1e-6, torch.float64: 1e-12}
+
+
+def relative_error(actual, expected):
+    scale = max(expected.abs().max().item(), 1e-30)
+    return (actual.to(torch.float64) - expected).abs().max().item() / scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+@pytest.mark.parametrize("seed", range(8))
+def test_reinforce_plus_plus_matches_reference(seed, gamma, dtype):
+    rewards, mask, _ = make_batch(seed, dtype=dtype)
+    result = reinforce_plus_plus(rewards, mask, {"gamma": gamma})
+    expected_advantages, expected_returns = reference.reinforce_plus_plus(rewards, mask, gamma)
+    assert result.advantages.dtype == dtype and result.returns.dtype == dtype
+    assert relative_error(result.returns, expected_returns) <= TOLERANCE[dtype]
+    assert relative_error(result.advantages, expected_advantages) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("seed", range(8))
+def test_baseline_matches_reference(seed, dtype):
+    rewards, mask, uids = make_batch(seed, dtype=dtype)
+    result = reinforce_plus_plus_baseline(rewards, mask, uids)
+    expected_advantages, expected_raw = reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))
+    assert relative_error(result.returns, expected_raw) <= TOLERANCE[dtype]
+    assert relative_error(result.advantages, expected_advantages) <= TOLERANCE[dtype]
+
+
+def test_long_gamma_below_one_spans_several_chunks():
+    rewards, mask, _ = make_batch(3, prompts=2, max_samples=2, length=300, dtype=torch.float64, padding_rows=1)
+    result = reinforce_plus_plus(rewards, mask, {"gamma": 0.99})
+    _, expected_returns = reference.reinforce_plus_plus(rewards, mask, 0.99)
+    assert relative_error(result.returns, expected_returns) <= 1e-12
+
+
+def test_gamma_zero_keeps_only_the_token_reward():
+    rewards, mask, _ = make_batch(4, dtype=torch.float64)
+    result = reinforce_plus_plus(rewards, mask, {"gamma": 0.0})
+    assert torch.equal(result.returns, torch.where(mask.bool(), rewards, 0.0))
+
+
+def test_discount_is_by_position_across_an_interior_hole():
+    rewards = torch.tensor([[0.0, 5.0, 0.0, 1.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0]])
+    result = reinforce_plus_plus(rewards, mask, {"gamma": 0.5})
+    # t=0: 0 + 0.5*5 + 0.25*0 (hole) + 0.125*1 ; t=1: 5 + 0.25*1 ; hole: 0 ; t=3: 1
+    assert result.returns.tolist() == [[2.625, 5.25, 0.0, 1.0]]
+
+
+def test_singleton_groups_and_padding_rows_get_zero_advantage():
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.0, 4.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    uids = np.array(["solo", "pair", "pair", "pad", "pad"], dtype=object)
+    result = reinforce_plus_plus_baseline(rewards, mask, uids)
+    assert result.returns.tolist() == [[0.0, 0.0], [-1.0, -1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+
+
+def test_group_mean_is_inclusive_not_leave_one_out():
+    rewards = torch.tensor([[1.0], [0.0], [0.0]], dtype=torch.float64)
+    result = reinforce_plus_plus_baseline(rewards, torch.ones(3, 1), ["a", "a", "a"])
+    assert torch.allclose(result.returns[:, 0], torch.tensor([2 / 3, -1 / 3, -1 / 3], dtype=torch.float64), atol=0, rtol=1e-15)
+
+
+def test_baseline_reward_sums_valid_positions_only():
+    rewards = torch.tensor([[7.0, 1.0, 100.0], [0.0, 3.0, -50.0]], dtype=torch.float64)
+    mask = torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    result = reinforce_plus_plus_baseline(rewards, mask, ["g", "g"])
+    assert result.returns.tolist() == [[0.0, -1.0, 0.0], [1.0, 1.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    "uids",
+    [
+        np.array([3, 3, 7, 7]),
+        [("p", 1), ("p", 1), ("q", 2), ("q", 2)],
+        np.array(["x", "x", 5, 5], dtype=object),
+        torch.tensor([1, 1, 2, 2]),
+    ],
+    ids=["int-array", "tuples", "mixed-types", "tensor"],
+)
+def test_any_hashable_uids_form_groups(uids):
+    rewards = torch.tensor([[1.0], [3.0], [10.0], [20.0]], dtype=torch.float64)
+    result = reinforce_plus_plus_baseline(rewards, torch.ones(4, 1), uids)
+    assert result.returns[:, 0].tolist() == [-1.0, 1.0, -5.0, 5.0]
+
+
+# --- SPEC 4 edge cases, each with its exact value ---------------------------------------------
+
+def test_zero_variance_gives_exact_zeros():
+    rewards = torch.full((3, 4), 0.1)
+    mask = torch.ones(3, 4)
+    result = reinforce_plus_plus(rewards, mask, {"gamma": 0.0})
+    assert torch.equal(result.advantages, torch.zeros(3, 4))
+    assert result.stats.variance_floored.item() == 1.0
+
+
+def test_one_valid_token_gives_exact_zeros():
+    rewards = torch.tensor([[0.0, 3.0], [9.0, 9.0]])
+    mask = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+    result = reinforce_plus_plus(rewards, mask)
+    assert torch.equal(result.advantages, torch.zeros(2, 2))
+    assert result.returns.tolist() == [[0.0, 3.0], [0.0, 0.0]]
+    assert result.stats.valid_token_count.item() == 1.0
+
+
+def test_fully_masked_rows_are_zero_and_do_not_move_the_moments():
+    rewards, mask, uids = make_batch(11, dtype=torch.float64, padding_rows=0)
+    padded_rewards = torch.cat([rewards, torch.full((3, rewards.shape[1]), 1e30, dtype=torch.float64)])
+    padded_mask = torch.cat([mask, torch.zeros(3, mask.shape[1])])
+    plain = reinforce_plus_plus(rewards, mask)
+    padded = reinforce_plus_plus(padded_rewards, padded_mask)
+    assert torch.equal(padded.advantages[: len(rewards)], plain.advantages)
+    assert torch.equal(padded.advantages[len(rewards):], torch.zeros(3, mask.shape[1], dtype=torch.float64))
+
+
+def test_all_zero_baseline_batch_gives_zeros():
+    rewards = torch.zeros(6, 5)
+    mask = torch.ones(6, 5)
+    result = reinforce_plus_plus_baseline(rewards, mask, ["a"] * 3 + ["b"] * 3)
+    assert torch.equal(result.advantages, torch.zeros(6, 5))
+    assert torch.equal(result.returns, torch.zeros(6, 5))
+
+
+def test_all_zero_reward_with_kl_gives_finite_returns():
+    kl = torch.tensor([[0.2, -0.1, 0.3], [0.1, 0.1, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    result = reinforce_plus_plus(-0.01 * kl, mask)
+    expected_returns = torch.tensor([[-0.004, -0.002, -0.003], [-0.002, -0.001, 0.0]], dtype=torch.float64)
+    assert torch.allclose(result.returns, expected_returns, rtol=0, atol=1e-15)
+    assert torch.isfinite(result.advantages).all()
+    expected, _ = reference.reinforce_plus_plus(-0.01 * kl, mask)
+    assert relative_error(result.advantages, expected) <= 1e-12
+
+
+def test_empty_population_raises():
+    with pytest.raises(EmptyPopulationError, match="empty"):
+        reinforce_plus_plus(torch.ones(2, 3), torch.zeros(2, 3))
+    with pytest.raises(EmptyPopulationError, match="empty"):
+        reinforce_plus_plus_baseline(torch.ones(0, 3), torch.zeros(0, 3), [])
+
+
+# --- masked garbage never leaks (SPEC 1) --------------------------------------------------------
+
+GARBAGE = st.sampled_from([math.nan, math.inf, -math.inf, 1e30, -1e30])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    garbage=st.lists(GARBAGE, min_size=1, max_size=4),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+    mask_dtype=st.sampled_from([torch.float32, torch.int64, torch.bool]),
+    baseline=st.booleans(),
+)
+def test_garbage_in_masked_positions_changes_nothing(seed, garbage, dtype, mask_dtype, baseline):
+    rewards, mask, uids = make_batch(seed, prompts=3, length=12, dtype=dtype)
+    mask = mask.to(mask_dtype)
+    dirty = rewards.clone()
+    masked = torch.nonzero(~mask.bool())
+    g = torch.Generator().manual_seed(seed)
+    picks = masked[torch.randperm(len(masked), generator=g)[: 4 * len(garbage)]]
+    for k, (i, t) in enumerate(picks.tolist()):
+        dirty[i, t] = garbage[k % len(garbage)]
+
+    def run(r):
+        if baseline:
+            return reinforce_plus_plus_baseline(r, mask, uids)
+        return reinforce_plus_plus(r, mask, {"gamma": 1.0})
+
+    clean, polluted = run(rewards), run(dirty)
+    for a, b in [(clean.advantages, polluted.advantages), (clean.returns, polluted.returns)]:
+        assert torch.equal(a, b) and torch.isfinite(b).all()
+        assert b.dtype == dtype
+    for a, b in zip(clean.stats, polluted.stats):
+        assert torch.equal(a, b) and torch.isfinite(b)
+    assert (polluted.advantages[~mask.bool()] == 0).all() and (polluted.returns[~mask.bool()] == 0).all()
+
+
+# --- precision ----------------------------------------------------------------------------------
+
+def test_float32_moments_are_stable_near_one():
+    g = torch.Generator().manual_seed(0)
+    batch, length = 256, 4608  # 1.18M tokens
+    values = (1.0 + 1e-3 * torch.randn(batch, length, generator=g)).float()
+    mask = torch.ones(batch, length)
+    result = reinforce_plus_plus(values, mask, {"gamma": 0.0})
+    valid = result.advantages.to(torch.float64)
+    assert abs(valid.std(correction=0).item() - 1.0) <= 1e-3
+    assert abs(result.stats.normalized_std.item() - 1.0) <= 1e-3
+    # The one-pass E[x^2] - E[x]^2 form in float32 misses badly on the same data: this test can fail.
+    one_pass_var = (values.square().mean() - values.mean().square()).item()
+    exact_var = values.to(torch.float64).var(correction=0).item()
+    assert abs(math.sqrt(max(one_pass_var, 0.0) / exact_var) - 1.0) > 1e-2
+
+
+def test_bfloat16_is_computed_in_float32():
+    rewards, mask, uids = make_batch(5, dtype=torch.bfloat16)
+    result = reinforce_plus_plus_baseline(rewards, mask, uids)
+    expected, _ = reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))
+    assert result.advantages.dtype == torch.bfloat16
+    assert relative_error(result.advantages, expected) <= 1e-2  # bf16 output rounding only
+
+
+# --- call interface (SPEC 9) --------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        None,
+        {"gamma": 1.0},
+        OmegaConf.create({"gamma": 1.0, "kl_ctrl": {"kl_coef": 0.01}}),
+        SimpleNamespace(gamma=1.0),
+        pytest.param("algoconfig", id="AlgoConfig"),
+    ],
+)
+def test_config_forms_give_the_same_result(config):
+    if config == "algoconfig":
+        from verl.trainer.config import AlgoConfig
+
+        config = AlgoConfig(gamma=1.0)
+    rewards, mask, uids = make_batch(2, dtype=torch.float64)
+    advantages, returns = compute_reinforce_plus_plus_advantage(
+        token_level_rewards=rewards, response_mask=mask, config=config, index=uids, unknown_kwarg=1
+    )
+    expected, expected_returns = reference.reinforce_plus_plus(rewards, mask, 1.0)
+    assert relative_error(advantages, expected) <= 1e-12
+    assert relative_error(returns, expected_returns) <= 1e-12
+    baseline, _ = compute_reinforce_plus_plus_baseline_advantage(
+        token_level_rewards=rewards, response_mask=mask, config=config, index=uids, reward_baselines=None
+    )
+    assert relative_error(baseline, reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))[0]) <= 1e-12
+
+
+def test_bad_inputs_are_refused_with_a_fix():
+    rewards, mask, uids = make_batch(1)
+    with pytest.raises(RfppInputError, match="response_mask has shape"):
+        reinforce_plus_plus(rewards, mask[:, :-1])
+    with pytest.raises(RfppInputError, match=r"outside \[0, 1\]"):
+        reinforce_plus_plus(rewards, mask, {"gamma": 1.5})
+    with pytest.raises(RfppInputError, match="needs `index`"):
+        reinforce_plus_plus_baseline(rewards, mask, None)
+    with pytest.raises(RfppInputError, match="one uid per row"):
+        reinforce_plus_plus_baseline(rewards, mask, uids[:-1])
+    with pytest.raises(RfppInputError, match="floating point"):
+        reinforce_plus_plus(rewards.long(), mask)
+
+
+def test_nonfinite_value_at_a_valid_position_is_an_error():
+    rewards, mask, _ = make_batch(1)
+    rewards[0, 0] = math.nan
+    mask[0, 0] = 1.0
+    with pytest.raises(RuntimeError, match="NaN or Inf"):
+        reinforce_plus_plus(rewards, mask)

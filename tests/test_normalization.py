@@ -1,0 +1,139 @@
+"""Global masked normalization (SPEC.md section 4): reference, edge cases, real gloo groups."""
+
+from __future__ import annotations
+
+import math
+import queue
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import distributed_worker
+import reference
+from batches import make_batch
+from verl_rfpp import VARIANCE_FLOOR, EmptyPopulationError, masked_global_normalize
+
+
+def _values(seed, rows=17, length=13, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    values = (3.0 + 2.0 * torch.randn(rows, length, generator=g, dtype=torch.float64)).to(dtype)
+    mask = (torch.rand(rows, length, generator=g) < 0.6).float()
+    mask[0] = 0.0
+    return values, mask
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_matches_reference_and_reports_moments(seed):
+    values, mask = _values(seed)
+    normalized, stats = masked_global_normalize(values, mask)
+    expected = reference.normalize(values, mask)
+    mu, var, n = reference.moments(values, mask)
+    assert (normalized - expected).abs().max().item() <= 1e-12
+    assert stats.valid_token_count.item() == n
+    assert abs(stats.raw_mean.item() - mu) <= 1e-12 * abs(mu)
+    assert abs(stats.raw_std.item() - math.sqrt(var)) <= 1e-12 * math.sqrt(var)
+    assert abs(stats.normalized_mean.item()) <= 1e-12
+    assert abs(stats.normalized_std.item() - 1.0) <= 1e-12
+    assert stats.variance_floored.item() == 0.0
+
+
+def test_variance_floor_is_a_floor_not_an_epsilon():
+    values = torch.tensor([[0.0, 2e-5]], dtype=torch.float64)  # var = 1e-10 < floor
+    normalized, stats = masked_global_normalize(values, torch.ones(1, 2))
+    assert normalized[0].tolist() == pytest.approx([-1e-5 / 1e-4, 1e-5 / 1e-4], rel=1e-12)
+    assert stats.variance_floored.item() == 1.0
+    values = torch.tensor([[0.0, 2e-3]], dtype=torch.float64)  # var = 1e-6 > floor: no epsilon at all
+    normalized, _ = masked_global_normalize(values, torch.ones(1, 2))
+    assert normalized.tolist() == [[-1.0, 1.0]]
+    assert VARIANCE_FLOOR == 1e-8
+
+
+def test_output_is_exact_zero_and_dtype_follows_input():
+    values, mask = _values(1, dtype=torch.bfloat16)
+    normalized, _ = masked_global_normalize(values, mask)
+    assert normalized.dtype == torch.bfloat16
+    zeros = normalized[mask == 0]
+    assert torch.equal(zeros, torch.zeros_like(zeros)) and not torch.signbit(zeros).any()
+
+
+def test_empty_population_raises():
+    with pytest.raises(EmptyPopulationError):
+        masked_global_normalize(torch.randn(3, 4), torch.zeros(3, 4))
+
+
+# --- real torch.distributed gloo groups ---------------------------------------------------------
+
+def _split_rows(values, mask, bounds):
+    cuts = [0, *bounds, len(values)]
+    return (
+        [values[a:b] for a, b in zip(cuts, cuts[1:])],
+        [mask[a:b] for a, b in zip(cuts, cuts[1:])],
+    )
+
+
+def _scenarios(world_size):
+    values, mask, _ = make_batch(21, prompts=6, length=16, dtype=torch.float64)
+    rows = len(values)
+    scenarios = []
+    uneven = [1, 5] if world_size == 3 else [3]
+    scenarios.append(("uneven-rows", *_split_rows(values, mask, uneven)))
+    starved = mask.clone()
+    starved[: rows // 2] = 0.0  # rank 0 holds rows but no valid token
+    scenarios.append(("rank-without-valid-token", *_split_rows(values, starved, [rows // 2] + ([rows - 2] if world_size == 3 else []))))
+    scenarios.append(("rank-with-zero-rows", *_split_rows(values, mask, [0] + ([rows // 3] if world_size == 3 else []))))
+    scenarios.append(("globally-empty", *_split_rows(values, torch.zeros_like(mask), [2] + ([4] if world_size == 3 else []))))
+    return scenarios
+
+
+def _run_group(world_size, scenarios, tmp_path, timeout=120.0):
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    processes = [
+        context.Process(
+            target=distributed_worker.run,
+            args=(rank, world_size, str(tmp_path / "rendezvous"), scenarios, results),
+        )
+        for rank in range(world_size)
+    ]
+    for process in processes:
+        process.start()
+    expected = world_size * len(scenarios)
+    received = []
+    try:
+        while len(received) < expected:
+            item = results.get(timeout=timeout)  # a hang fails here instead of blocking CI
+            assert item[1] != "crash", item[3]
+            received.append(item)
+    except queue.Empty:
+        pytest.fail(f"distributed normalization hung: {len(received)}/{expected} results in {timeout}s")
+    finally:
+        for process in processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+    return received
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_sharded_population_equals_single_process(world_size, tmp_path):
+    scenarios = _scenarios(world_size)
+    received = _run_group(world_size, scenarios, tmp_path)
+    by_name = {}
+    for rank, name, status, payload, stats in received:
+        by_name.setdefault(name, {})[rank] = (status, payload, stats)
+    for name, values_shards, mask_shards in scenarios:
+        outcomes = by_name[name]
+        assert sorted(outcomes) == list(range(world_size))
+        values, mask = torch.cat(values_shards), torch.cat(mask_shards)
+        if name == "globally-empty":
+            assert all(status == "empty" for status, _, _ in outcomes.values())
+            continue
+        single, single_stats = masked_global_normalize(values, mask)
+        sharded = torch.cat([outcomes[rank][1] for rank in range(world_size)])
+        assert sharded.shape == single.shape
+        assert (sharded - single).abs().max().item() <= 1e-12, name
+        assert (sharded - reference.normalize(values, mask)).abs().max().item() <= 1e-12, name
+        for rank in range(world_size):
+            for got, want in zip(outcomes[rank][2], single_stats):
+                assert abs(got.item() - want.item()) <= 1e-12 * max(1.0, abs(want.item())), name
