@@ -1,26 +1,61 @@
-"""The verl adapter: the only module that knows verl's internals (SPEC.md section 8).
+"""The verl adapter: the only module that knows verl's internals (SPEC.md sections 6-8).
 
 verl imports this module through the ``verl.plugins`` entry point (``ep.load()`` imports and never
-calls), in every process that imports verl. Importing it replaces verl's own
-``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` entries in
-``core_algos.ADV_ESTIMATOR_REGISTRY``. verl swallows plugin load errors at DEBUG level, so every
-failure here is logged at ERROR on logger ``verl_rfpp`` before it propagates.
+calls), in every process that imports verl. Importing it, once and idempotently:
+
+- wraps ``verl.utils.config.validate_config`` so ``main_ppo`` refuses a violating config before
+  Ray starts (SPEC.md section 6) and fails when our estimators are not the ones registered;
+- replaces verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` registry entries;
+- registers the ``rfpp`` policy loss (the plain clipped surrogate, SPEC.md section 5);
+- hooks ``Tracking.log`` so the ``rfpp/`` metrics reach verl's loggers (SPEC.md section 7).
+
+verl swallows plugin load errors at DEBUG level, so every failure here is logged at ERROR on
+logger ``verl_rfpp`` before it propagates. ``deactivate()`` undoes all of it (tests).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
-from verl_rfpp import estimators
+from verl_rfpp import estimators, losses, validation
+from verl_rfpp.errors import RfppError
+from verl_rfpp.metrics import STEP_METRICS
 
 logger = logging.getLogger("verl_rfpp")
 
 SUPPORTED_VERL = ((0, 9, 1), (0, 10, 0))  # [lower, upper)
 SUPPORTED_VERL_TEXT = ">=0.9.1,<0.10"
+ENTRY_POINT = "verl_rfpp"
+MARKER = "__verl_rfpp__"
+
+_ORIGINALS: dict[str, Any] = {}
+_checked_in_process: set[str] = set()
+
+
+class ActivationError(RfppError):
+    """verl's registry does not resolve one of our names to our estimator (SPEC.md section 8)."""
+
+
+def _guard_first_call(name: str, config: Any) -> None:
+    """Once per process: the activation guard, then the contract on the whole run config.
+
+    ``config`` is the ``algorithm`` node; ``_get_root()`` reaches the run config (OmegaConf's
+    private API, the only way from inside the estimator). Plain dicts, dataclasses and ``None``
+    have no root: the check is skipped silently (SPEC.md section 9).
+    """
+    if name in _checked_in_process:
+        return
+    ensure_active(name)
+    root = config._get_root() if hasattr(config, "_get_root") else None
+    if root is not None and validation.estimator_of(root) is not None:
+        validation.enforce(root)
+    _checked_in_process.add(name)
 
 
 def compute_reinforce_plus_plus_advantage(
@@ -39,7 +74,9 @@ def compute_reinforce_plus_plus_advantage(
     Returns:
         ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``G``.
     """
+    _guard_first_call("reinforce_plus_plus", config)
     result = estimators.reinforce_plus_plus(token_level_rewards, response_mask, config)
+    STEP_METRICS.record(result.stats)
     return result.advantages, result.returns
 
 
@@ -61,7 +98,9 @@ def compute_reinforce_plus_plus_baseline_advantage(
     Returns:
         ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``m * C``.
     """
+    _guard_first_call("reinforce_plus_plus_baseline", config)
     result = estimators.reinforce_plus_plus_baseline(token_level_rewards, response_mask, index)
+    STEP_METRICS.record(result.stats)
     return result.advantages, result.returns
 
 
@@ -103,6 +142,52 @@ def check_verl_version() -> None:
         )
 
 
+def rfpp_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = validation.RESPONSE_MEAN,
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl policy-loss mode ``rfpp``: the clipped surrogate of SPEC.md section 5, response mean.
+
+    Args:
+        old_log_prob, log_prob, advantages, response_mask: ``(bs, response_length)``.
+        loss_agg_mode: must be ``seq-mean-token-mean``.
+        config: verl's ``ActorConfig`` (``clip_ratio``, ``clip_ratio_low``, ``clip_ratio_high``,
+            ``global_batch_info``).
+        rollout_is_weights: optional per-token importance weights, applied to valid tokens.
+
+    Returns:
+        ``(loss, metrics)`` with verl's ``actor/pg_clipfrac``, ``actor/ppo_kl`` and
+        ``actor/pg_clipfrac_lower``. Unlike verl's ``vanilla`` there is no dual-clip.
+    """
+    if loss_agg_mode != validation.RESPONSE_MEAN:
+        raise RfppError(
+            f"verl_rfpp: policy loss 'rfpp' needs loss_agg_mode={validation.RESPONSE_MEAN}, got "
+            f"{loss_agg_mode!r}. Fix: actor_rollout_ref.actor.loss_agg_mode={validation.RESPONSE_MEAN}"
+        )
+    clip = config.clip_ratio
+    clip_low = config.clip_ratio_low if config.clip_ratio_low is not None else clip
+    clip_high = config.clip_ratio_high if config.clip_ratio_high is not None else clip
+    loss_mat, diagnostics = losses.clipped_surrogate(
+        old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high
+    )
+    if rollout_is_weights is not None:
+        loss_mat = loss_mat * torch.where(response_mask.bool(), rollout_is_weights, 0.0)
+    batch_info = dict(getattr(config, "global_batch_info", None) or {})
+    loss = losses.response_mean(
+        loss_mat,
+        response_mask,
+        global_batch_size=batch_info.get("global_batch_size"),
+        dp_size=batch_info.get("dp_size") or 1,
+    )
+    metrics = {f"actor/{name}": value.detach().item() for name, value in diagnostics.items()}
+    return loss, metrics
+
+
 def register_estimators() -> None:
     """Bind both names in ``core_algos.ADV_ESTIMATOR_REGISTRY`` to ours (idempotent).
 
@@ -111,8 +196,11 @@ def register_estimators() -> None:
     """
     from verl.trainer.ppo import core_algos
 
+    registry = core_algos.ADV_ESTIMATOR_REGISTRY
     for name, function in ESTIMATORS.items():
-        core_algos.ADV_ESTIMATOR_REGISTRY[name] = function
+        if registry.get(name) is not function:
+            _ORIGINALS.setdefault(f"estimator:{name}", registry.get(name))
+        registry[name] = function
 
 
 def registered_ours(name: str) -> bool:
@@ -122,18 +210,147 @@ def registered_ours(name: str) -> bool:
     return core_algos.ADV_ESTIMATOR_REGISTRY.get(name) is ESTIMATORS[name]
 
 
+def activation_problem(name: str) -> Optional[str]:
+    """Why ``get_adv_estimator_fn(name)`` is not ours, or ``None`` when it is."""
+    from verl.trainer.ppo import core_algos
+
+    if registered_ours(name):
+        return None
+    bound = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
+    policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
+    allowed = {part.strip() for part in policy.split(",")}
+    if policy == "none" or (policy != "auto" and ENTRY_POINT not in allowed):
+        cause = (
+            f"the plugin is excluded by VERL_USE_EXTERNAL_PLUGINS={policy!r}; set it to 'auto' or "
+            f"add '{ENTRY_POINT}' to the list"
+        )
+    elif bound is None or getattr(bound, "__module__", "") == "verl.trainer.ppo.core_algos":
+        cause = (
+            "the verl_rfpp plugin did not load or failed while loading (verl hides plugin errors "
+            "at DEBUG); check that verl-rfpp is installed in this environment"
+        )
+    else:
+        cause = (
+            f"another plugin overrode it with {bound.__module__}.{bound.__qualname__}; uninstall "
+            "it or exclude it through VERL_USE_EXTERNAL_PLUGINS"
+        )
+    return (
+        f"verl_rfpp: verl's registry does not resolve {name!r} to verl-rfpp's estimator: {cause}. "
+        "Check with: verl-rfpp doctor"
+    )
+
+
+def ensure_active(name: str) -> None:
+    """Raise ``ActivationError`` when ``get_adv_estimator_fn(name)`` is not ours."""
+    problem = activation_problem(name)
+    if problem is not None:
+        raise ActivationError(problem)
+
+
+def _validating(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
+        estimator = validation.estimator_of(config)
+        if estimator is not None:
+            ensure_active(estimator)
+            validation.enforce(config)
+        return original(config, *args, **kwargs)
+
+    setattr(validate_config, MARKER, True)
+    return validate_config
+
+
+def wrap_validate_config() -> None:
+    """Wrap ``verl.utils.config.validate_config`` and its re-export ``verl.utils.validate_config``.
+
+    ``main_ppo`` binds the name at its import, after plugins load, so it sees the wrapper.
+    """
+    import verl.utils
+    import verl.utils.config as verl_config
+
+    current = verl_config.validate_config
+    if getattr(current, MARKER, False):
+        return
+    _ORIGINALS["validate_config"] = current
+    wrapped = _validating(current)
+    verl_config.validate_config = wrapped
+    verl.utils.validate_config = wrapped
+
+
+def register_policy_loss() -> None:
+    """Register ``rfpp_policy_loss`` as ``policy_loss.loss_mode=rfpp`` (idempotent)."""
+    from verl.trainer.ppo import core_algos
+
+    core_algos.register_policy_loss(validation.POLICY_LOSS_MODE)(rfpp_policy_loss)
+
+
+def hook_tracking() -> None:
+    """Make ``Tracking.log`` merge the pending ``rfpp/`` metrics into every logged step."""
+    from verl.utils.tracking import Tracking
+
+    current = Tracking.log
+    if getattr(current, MARKER, False):
+        return
+    _ORIGINALS["Tracking.log"] = current
+
+    @functools.wraps(current)
+    def log(self: Any, data: dict, step: int, *args: Any, **kwargs: Any) -> Any:
+        return current(self, STEP_METRICS.merge_into(data), step, *args, **kwargs)
+
+    setattr(log, MARKER, True)
+    Tracking.log = log
+
+
+def hooks_status() -> dict[str, bool]:
+    """Which of our pieces verl currently resolves to ours (for ``verl-rfpp doctor``)."""
+    import verl.utils.config as verl_config
+    from verl.trainer.ppo import core_algos
+    from verl.utils.tracking import Tracking
+
+    status = {f"estimator {name}": registered_ours(name) for name in ESTIMATORS}
+    status["validate_config wrapper"] = bool(getattr(verl_config.validate_config, MARKER, False))
+    status[f"policy loss {validation.POLICY_LOSS_MODE}"] = (
+        core_algos.POLICY_LOSS_REGISTRY.get(validation.POLICY_LOSS_MODE) is rfpp_policy_loss
+    )
+    status["Tracking.log metrics hook"] = bool(getattr(Tracking.log, MARKER, False))
+    return status
+
+
 def activate() -> None:
-    """Everything the plugin does at import: version check, then registration."""
+    """Everything the plugin does at import, in an order that keeps a half-failed load loud:
+    the validation wrapper goes first, so a later failure is caught by its activation guard."""
     try:
         check_verl_version()
+        wrap_validate_config()
         register_estimators()
+        register_policy_loss()
+        hook_tracking()
     except Exception:
         logger.exception(
-            "verl_rfpp could not register its estimators; verl's own reinforce_plus_plus and "
-            "reinforce_plus_plus_baseline (which differ from the contract) would run instead. "
+            "verl_rfpp could not activate; verl's own reinforce_plus_plus and "
+            "reinforce_plus_plus_baseline (which differ from the contract) may run instead. "
             "Run `verl-rfpp doctor`."
         )
         raise
+
+
+def deactivate() -> None:
+    """Undo ``activate()``: verl's own entries, ``validate_config`` and ``Tracking.log`` return."""
+    import verl.utils
+    import verl.utils.config as verl_config
+    from verl.trainer.ppo import core_algos
+    from verl.utils.tracking import Tracking
+
+    for name in ESTIMATORS:
+        original = _ORIGINALS.pop(f"estimator:{name}", None)
+        if original is not None:
+            core_algos.ADV_ESTIMATOR_REGISTRY[name] = original
+    if "validate_config" in _ORIGINALS:
+        verl_config.validate_config = verl.utils.validate_config = _ORIGINALS.pop("validate_config")
+    if "Tracking.log" in _ORIGINALS:
+        Tracking.log = _ORIGINALS.pop("Tracking.log")
+    core_algos.POLICY_LOSS_REGISTRY.pop(validation.POLICY_LOSS_MODE, None)
+    _checked_in_process.clear()
 
 
 activate()

@@ -1,0 +1,315 @@
+"""The up-front config contract (SPEC.md section 6): a verl config -> a list of violations.
+
+Pure functions over OmegaConf: nothing here imports verl. Only configs whose
+``algorithm.adv_estimator`` is one of ours are looked at; every other verl run is untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl_rfpp.errors import RfppError
+
+logger = logging.getLogger("verl_rfpp")
+
+REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+BASELINE = "reinforce_plus_plus_baseline"
+ESTIMATOR_NAMES = (REINFORCE_PLUS_PLUS, BASELINE)
+
+POLICY_LOSS_MODE = "rfpp"
+RESPONSE_MEAN = "seq-mean-token-mean"
+K1_NAMES = ("kl", "k1")
+K2_NAMES = ("k2", "mse")
+
+# Every engine's context / sequence parallel size, for the actor and the reference model.
+PARALLEL_SIZE_KEYS = tuple(
+    f"actor_rollout_ref.{role}.{key}"
+    for role in ("actor", "ref")
+    for key in (
+        "ulysses_sequence_parallel_size",
+        "fsdp_config.ulysses_sequence_parallel_size",
+        "megatron.context_parallel_size",
+        "torchtitan.context_parallel_size",
+        "veomni.ulysses_parallel_size",
+    )
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: the key, what was found, what is required, why, and the fixing override."""
+
+    key: str
+    found: Any
+    required: str
+    why: str
+    fix: str
+
+    def __str__(self) -> str:
+        return (
+            f"  - {self.key} = {self.found!r}: required {self.required}.\n"
+            f"    Why: {self.why}\n"
+            f"    Fix: {self.fix}"
+        )
+
+
+class ConfigViolationError(RfppError):
+    """A config that would silently change REINFORCE++; the message lists every violation."""
+
+    def __init__(self, estimator: str, violations: list[Violation]):
+        self.estimator = estimator
+        self.violations = list(violations)
+        lines = [
+            f"verl_rfpp refuses this config for algorithm.adv_estimator={estimator}: "
+            f"{len(self.violations)} setting(s) would silently change the method (SPEC.md section 6).",
+            *(str(violation) for violation in self.violations),
+            "Print the whole validated recipe with: verl-rfpp recipe " + estimator,
+        ]
+        super().__init__("\n".join(lines))
+
+
+_MISSING = object()
+
+
+def _get(config: DictConfig, key: str, default: Any = None) -> Any:
+    return OmegaConf.select(config, key, default=default)
+
+
+def _override(key: str, value: Any, config: DictConfig) -> str:
+    """The command-line override; a key absent from the struct config needs a ``+`` prefix."""
+    present = OmegaConf.select(config, key, default=_MISSING) is not _MISSING
+    return f"{'' if present else '+'}{key}={value}"
+
+
+def estimator_of(config: DictConfig) -> Optional[str]:
+    """Our estimator's name when ``algorithm.adv_estimator`` selects one, else ``None``."""
+    name = _get(config, "algorithm.adv_estimator")
+    name = getattr(name, "value", name)
+    return name if name in ESTIMATOR_NAMES else None
+
+
+def _common_rules(config: DictConfig) -> list[Violation]:
+    found: list[Violation] = []
+    key = "actor_rollout_ref.actor.loss_agg_mode"
+    mode = _get(config, key)
+    if mode != RESPONSE_MEAN:
+        found.append(Violation(
+            key, mode, f"'{RESPONSE_MEAN}' (response mean)",
+            "token-level or summed reductions change the objective's denominator (SPEC.md section 5).",
+            _override(key, RESPONSE_MEAN, config),
+        ))
+    key = "actor_rollout_ref.actor.policy_loss.loss_mode"
+    loss_mode = _get(config, key, "vanilla")
+    if loss_mode != POLICY_LOSS_MODE:
+        found.append(Violation(
+            key, loss_mode, f"'{POLICY_LOSS_MODE}' (the plain clipped surrogate)",
+            "verl's 'vanilla' adds dual-clip for negative advantages and other modes replace the "
+            "clipped surrogate of SPEC.md section 5.",
+            _override(key, POLICY_LOSS_MODE, config),
+        ))
+    for key in PARALLEL_SIZE_KEYS:
+        size = _get(config, key)
+        if size is not None and size != 1:
+            found.append(Violation(
+                key, size, "1",
+                "context / sequence parallelism is not a supported mode (SPEC.md section 6).",
+                _override(key, 1, config),
+            ))
+    found.extend(_trainer_mode_rules(config))
+    return found
+
+
+def _trainer_mode_rules(config: DictConfig) -> list[Violation]:
+    found: list[Violation] = []
+    why_async = (
+        "asynchronous or off-policy trainers normalize over part of a step or mix policy "
+        "versions; SPEC.md section 4 needs one closed synchronous step batch."
+    )
+    if _get(config, "async_training") is not None:
+        found.append(Violation(
+            "async_training", "<present>", "absent (synchronous training)", why_async,
+            "run python -m verl.trainer.main_ppo without the async_training block (no fully-async "
+            "or one-step-off launcher)",
+        ))
+    if _get(config, "trainer.use_v1", False):
+        key = "trainer.v1.trainer_mode"
+        mode = _get(config, key, "sync")
+        if mode != "sync":
+            found.append(Violation(key, mode, "'sync'", why_async, _override(key, "sync", config)))
+        else:
+            key = "trainer.v1.sync.parameter_sync_step"
+            step = _get(config, key, 1)
+            if step != 1:
+                found.append(Violation(key, step, "1", why_async, _override(key, 1, config)))
+    return found
+
+
+def _reinforce_plus_plus_rules(config: DictConfig) -> list[Violation]:
+    found: list[Violation] = []
+    use_kl_loss = bool(_get(config, "actor_rollout_ref.actor.use_kl_loss", False))
+    if use_kl_loss:
+        key = "actor_rollout_ref.actor.use_kl_loss"
+        found.append(Violation(
+            key, True, "False",
+            "REINFORCE++ puts the k1 KL inside the returns; a KL loss would count it twice "
+            "(SPEC.md section 2).",
+            _override(key, False, config),
+        ))
+    if not _get(config, "algorithm.use_kl_in_reward", False):
+        if use_kl_loss:
+            key = "algorithm.use_kl_in_reward"
+            found.append(Violation(
+                key, False, "True",
+                "REINFORCE++ regularizes with k1 KL shaping in the reward (SPEC.md section 2).",
+                _override(key, True, config),
+            ))
+        return found
+    key = "algorithm.kl_penalty"
+    penalty = _get(config, key, "kl")
+    if penalty not in K1_NAMES:
+        found.append(Violation(
+            key, penalty, "'kl' (k1, the signed estimator d = logp_old - logp_ref)",
+            "the returns are KL-to-go of the k1 estimator (SPEC.md section 2).",
+            _override(key, "kl", config),
+        ))
+    key = "algorithm.kl_ctrl.type"
+    controller = _get(config, key, "fixed")
+    if controller != "fixed":
+        found.append(Violation(
+            key, controller, "'fixed'",
+            "an adaptive coefficient changes beta during training (SPEC.md section 2).",
+            _override(key, "fixed", config),
+        ))
+    return found
+
+
+def _baseline_rules(config: DictConfig) -> list[Violation]:
+    found: list[Violation] = []
+    key = "actor_rollout_ref.rollout.n"
+    samples = _get(config, key, 1)
+    if samples is None or samples <= 1:
+        found.append(Violation(
+            key, samples, "> 1 (the recipe uses 8)",
+            "with one sample per prompt every group-centred reward C_i is 0 (SPEC.md section 3).",
+            _override(key, 8, config),
+        ))
+    key = "algorithm.use_kl_in_reward"
+    if _get(config, key, False):
+        found.append(Violation(
+            key, True, "False",
+            "REINFORCE++-baseline keeps KL out of the advantage; it is the separate k2 loss "
+            "(SPEC.md section 3).",
+            _override(key, False, config),
+        ))
+    if _get(config, "actor_rollout_ref.actor.use_kl_loss", False):
+        key = "actor_rollout_ref.actor.kl_loss_type"
+        kl_type = _get(config, key)
+        if kl_type not in K2_NAMES:
+            found.append(Violation(
+                key, kl_type, "'k2' (0.5 * (logp - logp_ref)^2)",
+                "only the k2 loss has the reverse-KL gradient the method relies on (SPEC.md section 3).",
+                _override(key, "k2", config),
+            ))
+    key = "algorithm.rollout_correction.rollout_rs"
+    rejection = _get(config, key)
+    if rejection is not None:
+        found.append(Violation(
+            key, rejection, "null",
+            "rejection sampling rewrites response_mask after the rewards are fixed and can mask "
+            "the reward token (SPEC.md section 6).",
+            _override(key, "null", config),
+        ))
+    key = "algorithm.rollout_correction.bypass_mode"
+    if _get(config, key, False):
+        found.append(Violation(
+            key, True, "False",
+            "bypass mode replaces the advantage-weighted clipped surrogate (SPEC.md section 6).",
+            _override(key, False, config),
+        ))
+    return found
+
+
+def violations(config: DictConfig) -> list[Violation]:
+    """Every SPEC.md section 6 rule the config breaks; empty for other estimators."""
+    estimator = estimator_of(config)
+    if estimator is None:
+        return []
+    found = _common_rules(config)
+    if estimator == REINFORCE_PLUS_PLUS:
+        found.extend(_reinforce_plus_plus_rules(config))
+    else:
+        found.extend(_baseline_rules(config))
+    return found
+
+
+def warnings_for(config: DictConfig) -> list[str]:
+    """Legal but unusual settings (SPEC.md section 6), each with what it means."""
+    estimator = estimator_of(config)
+    if estimator is None:
+        return []
+    notes = []
+    gamma = _get(config, "algorithm.gamma", 1.0)
+    if estimator == REINFORCE_PLUS_PLUS and gamma != 1.0:
+        notes.append(
+            f"algorithm.gamma = {gamma}: returns are discounted by position, across mask holes "
+            "too; the recipe uses 1.0 (SPEC.md section 2)."
+        )
+    kl_in_reward = _get(config, "algorithm.use_kl_in_reward", False)
+    kl_loss = _get(config, "actor_rollout_ref.actor.use_kl_loss", False)
+    if not kl_in_reward and not kl_loss:
+        notes.append(
+            "KL regularization is off entirely (no KL in the reward, no KL loss): the policy is "
+            "free to drift from the reference model."
+        )
+    elif estimator == REINFORCE_PLUS_PLUS and kl_in_reward and _get(config, "algorithm.kl_ctrl.kl_coef") == 0:
+        notes.append("algorithm.kl_ctrl.kl_coef = 0: the KL shaping is in place but has no effect.")
+    elif estimator == BASELINE and kl_loss and _get(config, "actor_rollout_ref.actor.kl_loss_coef") == 0:
+        notes.append("actor_rollout_ref.actor.kl_loss_coef = 0: the k2 loss is computed but has no effect.")
+    if _get(config, "algorithm.filter_groups.enable", False):
+        notes.append(
+            "algorithm.filter_groups.enable = True: dropped groups leave the normalization "
+            "population, so moments are over the kept groups only."
+        )
+    return notes
+
+
+def enforce(config: DictConfig) -> None:
+    """Raise ``ConfigViolationError`` listing every violation; log each warning at WARNING."""
+    estimator = estimator_of(config)
+    if estimator is None:
+        return
+    found = violations(config)
+    if found:
+        raise ConfigViolationError(estimator, found)
+    for note in warnings_for(config):
+        logger.warning("verl_rfpp: %s", note)
+
+
+RECIPES: dict[str, tuple[str, ...]] = {
+    REINFORCE_PLUS_PLUS: (
+        "algorithm.adv_estimator=reinforce_plus_plus",
+        "algorithm.gamma=1.0",
+        "algorithm.use_kl_in_reward=True",
+        "algorithm.kl_penalty=kl",
+        "algorithm.kl_ctrl.type=fixed",
+        "algorithm.kl_ctrl.kl_coef=0.01",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        f"actor_rollout_ref.actor.loss_agg_mode={RESPONSE_MEAN}",
+        f"actor_rollout_ref.actor.policy_loss.loss_mode={POLICY_LOSS_MODE}",
+    ),
+    BASELINE: (
+        "algorithm.adv_estimator=reinforce_plus_plus_baseline",
+        "algorithm.gamma=1.0",
+        "algorithm.use_kl_in_reward=False",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.kl_loss_type=k2",
+        "actor_rollout_ref.actor.kl_loss_coef=0.01",
+        f"actor_rollout_ref.actor.loss_agg_mode={RESPONSE_MEAN}",
+        f"actor_rollout_ref.actor.policy_loss.loss_mode={POLICY_LOSS_MODE}",
+    ),
+}
