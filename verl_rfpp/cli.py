@@ -1,10 +1,80 @@
-"""The ``verl-rfpp`` command line."""
+"""The ``verl-rfpp`` command line: demo, doctor, check, recipe."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from importlib import metadata
 from typing import Optional, Sequence
+
+from verl_rfpp import validation
+
+PLUGIN_MODULE = "verl_rfpp.plugin"
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """Report whether verl runs our estimators; exit 0 only if every piece is ours."""
+    import verl  # loads the verl.plugins entry points; must come before any import of ours
+
+    loaded = PLUGIN_MODULE in sys.modules
+    entry_points = [ep for ep in metadata.entry_points(group="verl.plugins") if ep.value == PLUGIN_MODULE]
+    from verl_rfpp import plugin  # imports (and so activates) it only if verl did not
+
+    checks = {
+        f"verl {plugin.verl_version()} in supported range {plugin.SUPPORTED_VERL_TEXT}": plugin.verl_supported(plugin.verl_version()),
+        f"entry point verl.plugins -> {PLUGIN_MODULE} installed": bool(entry_points),
+        "plugin loaded by `import verl`": loaded,
+    }
+    if loaded:
+        checks.update(plugin.hooks_status())
+    width = max(len(name) for name in checks)
+    for name, ok in checks.items():
+        print(f"{'ok  ' if ok else 'FAIL'}  {name.ljust(width)}")
+    if not loaded:
+        print(f"\nverl did not load the plugin (VERL_USE_EXTERNAL_PLUGINS="
+              f"{os.getenv('VERL_USE_EXTERNAL_PLUGINS', 'auto')!r}); its pieces were not checked.")
+    for name in plugin.ESTIMATORS:
+        problem = plugin.activation_problem(name) if loaded else None
+        if problem:
+            print(f"\n{problem}")
+    healthy = all(checks.values())
+    print("\nverl-rfpp is active." if healthy else "\nverl-rfpp is NOT fully active.")
+    return 0 if healthy else 1
+
+
+def compose_verl_config(overrides: Sequence[str]):
+    """verl's packaged ``ppo_trainer`` config with Hydra overrides, composed as ``main_ppo`` does."""
+    from hydra import compose, initialize_config_dir
+
+    import verl.trainer
+
+    config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Compose verl's config with the overrides and print the contract's verdict."""
+    config = compose_verl_config(args.overrides)
+    estimator = validation.estimator_of(config)
+    if estimator is None:
+        print(f"algorithm.adv_estimator={config.algorithm.adv_estimator}: not a verl-rfpp estimator; "
+              "verl-rfpp does not touch this run.")
+        return 0
+    found = validation.violations(config)
+    if found:
+        print(validation.ConfigViolationError(estimator, found))
+        return 1
+    for note in validation.warnings_for(config):
+        print(f"warning: {note}")
+    print(f"OK: this config runs {estimator} as SPEC.md defines it.")
+    return 0
+
+
+def _recipe(args: argparse.Namespace) -> int:
+    print("\n".join(validation.RECIPES[args.estimator]))
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -54,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--length", type=int, default=16)
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(handler=_demo)
+    doctor = commands.add_parser("doctor", help="check that verl runs verl-rfpp's estimators")
+    doctor.set_defaults(handler=_doctor)
+    check = commands.add_parser("check", help="validate Hydra overrides against the contract")
+    check.add_argument("overrides", nargs="*", help="Hydra overrides, as given to main_ppo")
+    check.set_defaults(handler=_check)
+    recipe = commands.add_parser("recipe", help="print the validated recipe's overrides")
+    recipe.add_argument("estimator", choices=validation.ESTIMATOR_NAMES)
+    recipe.set_defaults(handler=_recipe)
     return parser
 
 
