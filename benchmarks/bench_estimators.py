@@ -1,0 +1,143 @@
+"""Time and memory of verl-rfpp's estimators against verl 0.9.1's built-ins, in one run.
+
+Per batch size, dtype and estimator, one row: our median time, verl's, the ratio, our time in
+units of one ``clone()`` of the reward tensor (the memory-bandwidth floor: read and write it
+once), our peak extra memory in B x T float32 tensors (beyond inputs and the two outputs, from
+the process's peak RSS, reset through /proc/self/clear_refs), and the max error against a float64
+computation relative to the output scale. Asserts nothing about time.
+
+    python benchmarks/bench_estimators.py            # full grid, up to 8192 x 8192
+    python benchmarks/bench_estimators.py --quick    # seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+import verl  # noqa: F401  (loads the plugin)
+from verl.trainer.ppo import core_algos
+
+from verl_rfpp import reinforce_plus_plus, reinforce_plus_plus_baseline
+
+SAMPLES_PER_PROMPT = 8
+
+
+def make_inputs(batch: int, length: int, dtype: torch.dtype, seed: int = 0):
+    """Right-padded responses, lengths uniform in [length/4, length], k1-shaped outcome rewards."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(max(1, length // 4), length + 1, (batch,), generator=g)
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).float()
+    rewards = -0.01 * 0.05 * torch.randn(batch, length, generator=g) * mask
+    rewards[torch.arange(batch), lengths - 1] += torch.randint(0, 2, (batch,), generator=g).float()
+    uids = np.array([f"prompt-{i // SAMPLES_PER_PROMPT}" for i in range(batch)], dtype=object)
+    return rewards.to(dtype), mask, uids
+
+
+def float64_truth(name: str, rewards: torch.Tensor, mask: torch.Tensor, uids) -> torch.Tensor:
+    """Normalized advantages in float64, vectorized independently of the package's code."""
+    r = torch.where(mask.bool(), rewards.double(), 0.0)
+    if name == "reinforce_plus_plus":
+        raw = r.flip(1).cumsum(1).flip(1) * mask
+    else:
+        _, codes = np.unique(uids, return_inverse=True)
+        codes = torch.from_numpy(codes)
+        scores = r.sum(1)
+        totals = torch.zeros(int(codes.max()) + 1, dtype=torch.float64).index_add_(0, codes, scores)
+        counts = torch.bincount(codes).double()
+        centered = scores - (totals / counts)[codes]
+        centered = torch.where(counts[codes] > 1, centered, 0.0)
+        raw = centered[:, None] * mask
+    valid = raw[mask.bool()]
+    mu, var = valid.mean(), valid.var(correction=0)
+    return torch.where(mask.bool(), (raw - mu) / var.clamp(min=1e-8).sqrt(), 0.0)
+
+
+def median_time(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def peak_extra_bytes(fn) -> float:
+    """Peak RSS growth during ``fn`` minus what it returns; NaN where the peak cannot be reset."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return float("nan")
+    before = _rss_kib("VmRSS:")
+    outputs = fn()
+    peak = _rss_kib("VmHWM:")
+    returned = sum(t.numel() * t.element_size() for t in outputs)
+    return (peak - before) * 1024.0 - returned
+
+
+def run(grid, dtypes, repeats):
+    ours = {
+        "reinforce_plus_plus": lambda r, m, u: reinforce_plus_plus(r, m, {"gamma": 1.0})[:2],
+        "reinforce_plus_plus_baseline": lambda r, m, u: reinforce_plus_plus_baseline(r, m, u)[:2],
+    }
+    verls = {
+        "reinforce_plus_plus": lambda r, m, u: core_algos.compute_reinforce_plus_plus_outcome_advantage(
+            token_level_rewards=r, response_mask=m, config=OmegaConf.create({"gamma": 1.0})),
+        "reinforce_plus_plus_baseline": lambda r, m, u: core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
+            token_level_rewards=r, response_mask=m, index=u),
+    }
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, verl {verl.__version__}")
+    header = (f"{'B x T':>12} {'dtype':>9} {'estimator':>29} {'ours ms':>9} {'verl ms':>9} "
+              f"{'verl/ours':>9} {'clone-units':>11} {'peak extra (BxT f32)':>20} {'max rel err':>11}")
+    print(header)
+    print("-" * len(header))
+    for batch, length in grid:
+        for dtype in dtypes:
+            rewards, mask, uids = make_inputs(batch, length, dtype)
+            unit = batch * length * 4
+            clone = median_time(lambda: rewards.clone(), repeats)
+            for name in ours:
+                ours_time = median_time(lambda: ours[name](rewards, mask, uids), repeats)
+                verl_time = median_time(lambda: verls[name](rewards, mask, uids), max(1, repeats // 2))
+                extra = peak_extra_bytes(lambda: ours[name](rewards, mask, uids)) / unit
+                advantages = ours[name](rewards, mask, uids)[0]
+                truth = float64_truth(name, rewards, mask, uids)
+                error = (advantages.double() - truth).abs().max().item() / truth.abs().max().item()
+                del advantages, truth
+                print(f"{f'{batch} x {length}':>12} {str(dtype).replace('torch.', ''):>9} {name:>29} "
+                      f"{ours_time * 1e3:9.1f} {verl_time * 1e3:9.1f} {verl_time / ours_time:9.1f} "
+                      f"{ours_time / clone:11.1f} {extra:20.2f} {error:11.1e}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small grid that runs in seconds")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    if args.quick:
+        grid, dtypes, repeats = [(64, 256), (256, 512)], [torch.float32, torch.bfloat16], 2
+    else:
+        grid, dtypes, repeats = [(1024, 4096), (4096, 8192), (8192, 8192)], [torch.float32, torch.bfloat16], args.repeats
+    run(grid, dtypes, repeats)
+
+
+if __name__ == "__main__":
+    main()
