@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -92,33 +92,42 @@ def estimator_of(config: DictConfig) -> Optional[str]:
     return name if name in ESTIMATOR_NAMES else None
 
 
+def _require(
+    found: list[Violation],
+    config: DictConfig,
+    key: str,
+    accepted: Callable[[Any], bool],
+    required: str,
+    why: str,
+    fix_value: Any,
+    default: Any = None,
+) -> None:
+    """Append a violation when the value at ``key`` (``default`` if absent) is not accepted."""
+    value = _get(config, key, default)
+    if not accepted(value):
+        found.append(Violation(key, value, required, why, _override(key, fix_value, config)))
+
+
 def _common_rules(config: DictConfig) -> list[Violation]:
     found: list[Violation] = []
-    key = "actor_rollout_ref.actor.loss_agg_mode"
-    mode = _get(config, key)
-    if mode != RESPONSE_MEAN:
-        found.append(Violation(
-            key, mode, f"'{RESPONSE_MEAN}' (response mean)",
-            "token-level or summed reductions change the objective's denominator (SPEC.md section 5).",
-            _override(key, RESPONSE_MEAN, config),
-        ))
-    key = "actor_rollout_ref.actor.policy_loss.loss_mode"
-    loss_mode = _get(config, key, "vanilla")
-    if loss_mode != POLICY_LOSS_MODE:
-        found.append(Violation(
-            key, loss_mode, f"'{POLICY_LOSS_MODE}' (the plain clipped surrogate)",
-            "verl's 'vanilla' adds dual-clip for negative advantages and other modes replace the "
-            "clipped surrogate of SPEC.md section 5.",
-            _override(key, POLICY_LOSS_MODE, config),
-        ))
+    _require(
+        found, config, "actor_rollout_ref.actor.loss_agg_mode", lambda mode: mode == RESPONSE_MEAN,
+        f"'{RESPONSE_MEAN}' (response mean)",
+        "token-level or summed reductions change the objective's denominator (SPEC.md section 5).",
+        RESPONSE_MEAN,
+    )
+    _require(
+        found, config, "actor_rollout_ref.actor.policy_loss.loss_mode", lambda mode: mode == POLICY_LOSS_MODE,
+        f"'{POLICY_LOSS_MODE}' (the plain clipped surrogate)",
+        "verl's 'vanilla' adds dual-clip for negative advantages and other modes replace the "
+        "clipped surrogate of SPEC.md section 5.",
+        POLICY_LOSS_MODE, default="vanilla",
+    )
     for key in PARALLEL_SIZE_KEYS:
-        size = _get(config, key)
-        if size is not None and size != 1:
-            found.append(Violation(
-                key, size, "1",
-                "context / sequence parallelism is not a supported mode (SPEC.md section 6).",
-                _override(key, 1, config),
-            ))
+        _require(
+            found, config, key, lambda size: size is None or size == 1, "1",
+            "context / sequence parallelism is not a supported mode (SPEC.md section 6).", 1,
+        )
     found.extend(_trainer_mode_rules(config))
     return found
 
@@ -137,99 +146,78 @@ def _trainer_mode_rules(config: DictConfig) -> list[Violation]:
         ))
     if _get(config, "trainer.use_v1", False):
         key = "trainer.v1.trainer_mode"
-        mode = _get(config, key, "sync")
-        if mode != "sync":
-            found.append(Violation(key, mode, "'sync'", why_async, _override(key, "sync", config)))
-        else:
-            key = "trainer.v1.sync.parameter_sync_step"
-            step = _get(config, key, 1)
-            if step != 1:
-                found.append(Violation(key, step, "1", why_async, _override(key, 1, config)))
+        _require(found, config, key, lambda mode: mode == "sync", "'sync'", why_async, "sync", default="sync")
+        if _get(config, key, "sync") == "sync":
+            _require(
+                found, config, "trainer.v1.sync.parameter_sync_step", lambda step: step == 1, "1",
+                why_async, 1, default=1,
+            )
     return found
 
 
 def _reinforce_plus_plus_rules(config: DictConfig) -> list[Violation]:
     found: list[Violation] = []
-    use_kl_loss = bool(_get(config, "actor_rollout_ref.actor.use_kl_loss", False))
-    if use_kl_loss:
-        key = "actor_rollout_ref.actor.use_kl_loss"
-        found.append(Violation(
-            key, True, "False",
-            "REINFORCE++ puts the k1 KL inside the returns; a KL loss would count it twice "
-            "(SPEC.md section 2).",
-            _override(key, False, config),
-        ))
-    if not _get(config, "algorithm.use_kl_in_reward", False):
-        if use_kl_loss:
-            key = "algorithm.use_kl_in_reward"
-            found.append(Violation(
-                key, False, "True",
+    _require(
+        found, config, "actor_rollout_ref.actor.use_kl_loss", lambda on: not on, "False",
+        "REINFORCE++ puts the k1 KL inside the returns; a KL loss would count it twice "
+        "(SPEC.md section 2).",
+        False, default=False,
+    )
+    kl_in_reward = bool(_get(config, "algorithm.use_kl_in_reward", False))
+    if not kl_in_reward:
+        if _get(config, "actor_rollout_ref.actor.use_kl_loss", False):
+            _require(
+                found, config, "algorithm.use_kl_in_reward", bool, "True",
                 "REINFORCE++ regularizes with k1 KL shaping in the reward (SPEC.md section 2).",
-                _override(key, True, config),
-            ))
+                True, default=False,
+            )
         return found
-    key = "algorithm.kl_penalty"
-    penalty = _get(config, key, "kl")
-    if penalty not in K1_NAMES:
-        found.append(Violation(
-            key, penalty, "'kl' (k1, the signed estimator d = logp_old - logp_ref)",
-            "the returns are KL-to-go of the k1 estimator (SPEC.md section 2).",
-            _override(key, "kl", config),
-        ))
-    key = "algorithm.kl_ctrl.type"
-    controller = _get(config, key, "fixed")
-    if controller != "fixed":
-        found.append(Violation(
-            key, controller, "'fixed'",
-            "an adaptive coefficient changes beta during training (SPEC.md section 2).",
-            _override(key, "fixed", config),
-        ))
+    _require(
+        found, config, "algorithm.kl_penalty", lambda penalty: penalty in K1_NAMES,
+        "'kl' (k1, the signed estimator d = logp_old - logp_ref)",
+        "the returns are KL-to-go of the k1 estimator (SPEC.md section 2).",
+        "kl", default="kl",
+    )
+    _require(
+        found, config, "algorithm.kl_ctrl.type", lambda controller: controller == "fixed", "'fixed'",
+        "an adaptive coefficient changes beta during training (SPEC.md section 2).",
+        "fixed", default="fixed",
+    )
     return found
 
 
 def _baseline_rules(config: DictConfig) -> list[Violation]:
     found: list[Violation] = []
-    key = "actor_rollout_ref.rollout.n"
-    samples = _get(config, key, 1)
-    if samples is None or samples <= 1:
-        found.append(Violation(
-            key, samples, "> 1 (the recipe uses 8)",
-            "with one sample per prompt every group-centred reward C_i is 0 (SPEC.md section 3).",
-            _override(key, 8, config),
-        ))
-    key = "algorithm.use_kl_in_reward"
-    if _get(config, key, False):
-        found.append(Violation(
-            key, True, "False",
-            "REINFORCE++-baseline keeps KL out of the advantage; it is the separate k2 loss "
-            "(SPEC.md section 3).",
-            _override(key, False, config),
-        ))
+    _require(
+        found, config, "actor_rollout_ref.rollout.n", lambda n: n is not None and n > 1,
+        "> 1 (the recipe uses 8)",
+        "with one sample per prompt every group-centred reward C_i is 0 (SPEC.md section 3).",
+        8, default=1,
+    )
+    _require(
+        found, config, "algorithm.use_kl_in_reward", lambda on: not on, "False",
+        "REINFORCE++-baseline keeps KL out of the advantage; it is the separate k2 loss "
+        "(SPEC.md section 3).",
+        False, default=False,
+    )
     if _get(config, "actor_rollout_ref.actor.use_kl_loss", False):
-        key = "actor_rollout_ref.actor.kl_loss_type"
-        kl_type = _get(config, key)
-        if kl_type not in K2_NAMES:
-            found.append(Violation(
-                key, kl_type, "'k2' (0.5 * (logp - logp_ref)^2)",
-                "only the k2 loss has the reverse-KL gradient the method relies on (SPEC.md section 3).",
-                _override(key, "k2", config),
-            ))
-    key = "algorithm.rollout_correction.rollout_rs"
-    rejection = _get(config, key)
-    if rejection is not None:
-        found.append(Violation(
-            key, rejection, "null",
-            "rejection sampling rewrites response_mask after the rewards are fixed and can mask "
-            "the reward token (SPEC.md section 6).",
-            _override(key, "null", config),
-        ))
-    key = "algorithm.rollout_correction.bypass_mode"
-    if _get(config, key, False):
-        found.append(Violation(
-            key, True, "False",
-            "bypass mode replaces the advantage-weighted clipped surrogate (SPEC.md section 6).",
-            _override(key, False, config),
-        ))
+        _require(
+            found, config, "actor_rollout_ref.actor.kl_loss_type", lambda kind: kind in K2_NAMES,
+            "'k2' (0.5 * (logp - logp_ref)^2)",
+            "only the k2 loss has the reverse-KL gradient the method relies on (SPEC.md section 3).",
+            "k2",
+        )
+    _require(
+        found, config, "algorithm.rollout_correction.rollout_rs", lambda rs: rs is None, "null",
+        "rejection sampling rewrites response_mask after the rewards are fixed and can mask the "
+        "reward token (SPEC.md section 6).",
+        "null",
+    )
+    _require(
+        found, config, "algorithm.rollout_correction.bypass_mode", lambda on: not on, "False",
+        "bypass mode replaces the advantage-weighted clipped surrogate (SPEC.md section 6).",
+        False, default=False,
+    )
     return found
 
 
