@@ -81,22 +81,26 @@ def discounted_returns(rewards: torch.Tensor, valid: torch.Tensor, gamma: float 
     """KL-to-go returns ``G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * r[i,u]`` (SPEC.md 2).
 
     ``rewards`` must already be 0 at masked positions (``select_rewards``), so the sum runs
-    straight through interior mask holes and discounts by position.
+    straight through interior mask holes and discounts by position. ``rewards`` is left intact.
+    """
+    return _consume_into_returns(rewards.clone(), valid, gamma)
 
-    gamma = 1: one suffix sum from a single cumulative sum (CPU ``cumsum`` accumulates in double):
-    ``G[:, t] = total - P[:, t-1]`` with ``P`` the inclusive prefix sum.
+
+def _consume_into_returns(rewards: torch.Tensor, valid: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``discounted_returns``, using ``rewards`` as its workspace (it is overwritten).
+
+    gamma = 1: an in-place cumulative sum (CPU ``cumsum`` accumulates in double) gives the
+    inclusive prefix ``P``; then ``G[:, t] = P[:, -1] - P[:, t-1]`` (the suffix sum).
     gamma < 1: exact blocked recurrence, a ``(C, C)`` discount matrix within chunks of
     ``C = 128`` positions and the carry ``gamma^(C-t) * G[:, next chunk start]`` between them.
     """
-    batch, length = rewards.shape
-    if length == 0:
-        return rewards.clone()
+    if rewards.shape[1] == 0:
+        return rewards
     if gamma == 1.0:
-        prefix = torch.cumsum(rewards, dim=1)
-        returns = torch.empty_like(rewards)
+        prefix = rewards.cumsum_(dim=1)
+        returns = torch.empty_like(prefix)
         returns[:, 0] = prefix[:, -1]
         torch.sub(prefix[:, -1:], prefix[:, :-1], out=returns[:, 1:])
-        del prefix
     else:
         returns = _discounted_returns_blocked(rewards, gamma)
     return returns.masked_fill_(~valid, 0.0)
@@ -181,8 +185,11 @@ def reinforce_plus_plus(
     _check_rewards(token_level_rewards, response_mask)
     gamma = gamma_of(config)
     valid = as_bool_mask(response_mask)
-    returns = discounted_returns(select_rewards(token_level_rewards, valid), valid, gamma)
-    advantages, stats = normalize_selected(returns, valid, process_group=process_group)
+    workspace = select_rewards(token_level_rewards, valid)
+    returns = _consume_into_returns(workspace, valid, gamma)
+    if workspace.data_ptr() == returns.data_ptr():  # zero-length responses: nothing to spare
+        workspace = None
+    advantages, stats = normalize_selected(returns, valid, process_group=process_group, out=workspace)
     dtype = token_level_rewards.dtype
     return EstimatorResult(advantages.to(dtype), returns.to(dtype), stats)
 
@@ -212,8 +219,8 @@ def reinforce_plus_plus_baseline(
     valid = as_bool_mask(response_mask)
     rewards = select_rewards(token_level_rewards, valid)
     centered = group_centered_rewards(rewards, valid, index).to(rewards.dtype)
-    del rewards
-    raw = torch.where(valid, centered[:, None], 0.0)
+    zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
+    raw = torch.where(valid, centered[:, None], zero, out=rewards)  # reuses the rewards' buffer
     advantages, stats = normalize_selected(raw, valid, process_group=process_group)
     dtype = token_level_rewards.dtype
     return EstimatorResult(advantages.to(dtype), raw.to(dtype), stats)

@@ -67,8 +67,13 @@ def accumulate(values: torch.Tensor) -> torch.Tensor:
 
 
 def accumulate_squares(values: torch.Tensor) -> torch.Tensor:
-    """Sum of squares of all elements as a float64 0-dim tensor, accumulated like ``accumulate``."""
-    return accumulate(values.square())
+    """Sum of squares of all elements as a float64 0-dim tensor.
+
+    Row norms in the working precision (no squared temporary), squared and summed in float64.
+    """
+    if values.dim() == 0:
+        return values.to(torch.float64).square()
+    return torch.linalg.vector_norm(values, dim=-1).to(torch.float64).square().sum()
 
 
 def _all_reduce(values: torch.Tensor, process_group: Optional[dist.ProcessGroup]) -> torch.Tensor:
@@ -100,13 +105,15 @@ def normalize_selected(
     *,
     process_group: Optional[dist.ProcessGroup] = None,
     variance_floor: float = VARIANCE_FLOOR,
+    out: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, NormalizationStats]:
     """Normalize ``raw`` whose masked positions are already exactly 0 (SPEC.md section 4).
 
     The estimators build their raw advantage by boolean selection, so they call this directly and
     skip a second selection pass. ``raw`` must be in its working precision (``compute_dtype``);
-    ``valid`` is the boolean mask. The output is a new tensor of ``raw``'s dtype, exactly +0.0 at
-    masked positions.
+    ``valid`` is the boolean mask. The output has ``raw``'s dtype, exactly +0.0 at masked
+    positions; it is written into ``out`` (a workspace of ``raw``'s shape and dtype that the caller
+    no longer needs, saving one allocation) or into a new tensor.
 
     Two passes, one all-reduce each when ``process_group`` is given (every rank enters both,
     whatever it holds):
@@ -128,7 +135,7 @@ def normalize_selected(
     safe_count = count.clamp(min=1.0)
     mean = total / safe_count
 
-    centered = raw - mean.to(raw.dtype)
+    centered = torch.sub(raw, mean.to(raw.dtype), out=out)
     centered.masked_fill_(invalid, 0.0)
     second = torch.stack([accumulate(centered), accumulate_squares(centered)])
     centered_total, centered_squares = _all_reduce(second, process_group).unbind()
