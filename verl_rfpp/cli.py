@@ -1,4 +1,4 @@
-"""The ``verl-rfpp`` command line: demo, doctor, check, recipe."""
+"""The ``verl-rfpp`` command line: demo, doctor, check, recipe, bandit."""
 
 from __future__ import annotations
 
@@ -72,6 +72,26 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bandit(args: argparse.Namespace) -> int:
+    """Run the toy experiments; write results.json, PNG plots and report.md into --out."""
+    from pathlib import Path
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("verl-rfpp bandit draws plots with matplotlib: pip install 'verl-rfpp[bandit]'")
+        return 2
+    import verl  # noqa: F401  (loads the plugin: advantages come from verl's registry)
+
+    from verl_rfpp.bandit import report
+
+    out = Path(args.out)
+    report.run(out, quick=args.quick)
+    print((out / "report.md").read_text())
+    print(f"written: {out / 'results.json'}, {out / 'report.md'}, {out}/*.png")
+    return 0
+
+
 def _recipe(args: argparse.Namespace) -> int:
     print("\n".join(validation.RECIPES[args.estimator]))
     return 0
@@ -129,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate Hydra overrides against the contract")
     check.add_argument("overrides", nargs="*", help="Hydra overrides, as given to main_ppo")
     check.set_defaults(handler=_check)
+    bandit = commands.add_parser("bandit", help="CPU toy experiments on REINFORCE++'s claims")
+    bandit.add_argument("--out", required=True, help="output directory")
+    bandit.add_argument("--quick", action="store_true", help="a smaller run (under a minute)")
+    bandit.set_defaults(handler=_bandit)
     recipe = commands.add_parser("recipe", help="print the validated recipe's overrides")
     recipe.add_argument("estimator", choices=validation.ESTIMATOR_NAMES)
     recipe.set_defaults(handler=_recipe)
