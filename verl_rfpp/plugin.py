@@ -34,6 +34,8 @@ SUPPORTED_VERL_TEXT = ">=0.9.1,<0.10"
 ENTRY_POINT = "verl_rfpp"
 MARKER = "__verl_rfpp__"
 
+TRACE_ENV = "VERL_RFPP_TRACE"  # a file path: one line per estimator call (name, pid, N)
+
 _ORIGINALS: dict[str, Any] = {}
 _checked_in_process: set[str] = set()
 
@@ -58,6 +60,17 @@ def _guard_first_call(name: str, config: Any) -> None:
     _checked_in_process.add(name)
 
 
+def _after_call(name: str, result: estimators.EstimatorResult) -> None:
+    """Keep the step's statistics for the logger; with ``VERL_RFPP_TRACE`` set, append a line
+    ``<name> pid=<pid> valid_tokens=<N> raw_adv_std=<std>`` to that file (proof of what ran where)."""
+    STEP_METRICS.record(result.stats)
+    trace = os.environ.get(TRACE_ENV)
+    if trace:
+        with open(trace, "a") as handle:
+            handle.write(f"{name} pid={os.getpid()} valid_tokens={int(result.stats.valid_token_count)} "
+                         f"raw_adv_std={float(result.stats.raw_std):.6g}\n")
+
+
 def compute_reinforce_plus_plus_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -76,7 +89,7 @@ def compute_reinforce_plus_plus_advantage(
     """
     _guard_first_call("reinforce_plus_plus", config)
     result = estimators.reinforce_plus_plus(token_level_rewards, response_mask, config)
-    STEP_METRICS.record(result.stats)
+    _after_call("reinforce_plus_plus", result)
     return result.advantages, result.returns
 
 
@@ -100,7 +113,7 @@ def compute_reinforce_plus_plus_baseline_advantage(
     """
     _guard_first_call("reinforce_plus_plus_baseline", config)
     result = estimators.reinforce_plus_plus_baseline(token_level_rewards, response_mask, index)
-    STEP_METRICS.record(result.stats)
+    _after_call("reinforce_plus_plus_baseline", result)
     return result.advantages, result.returns
 
 

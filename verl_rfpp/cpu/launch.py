@@ -1,0 +1,90 @@
+"""Build and run verl's real ``main_ppo`` on the CPU with the tiny local assets."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from verl_rfpp import validation
+from verl_rfpp.cpu import assets
+
+from verl_rfpp.plugin import TRACE_ENV
+
+
+def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out_dir: Path) -> list[str]:
+    """Our validated recipe plus what a 2-core CPU run of the tiny model needs."""
+    samples = 4
+    overrides = [o for o in validation.RECIPES[estimator] if not o.startswith("actor_rollout_ref.rollout.n=")]
+    reward_module = Path(assets.__file__).resolve()
+    for role in ("actor", "ref"):
+        overrides += [
+            f"actor_rollout_ref.{role}.strategy=fsdp2",  # FSDP1 insists on an accelerator device id
+            f"actor_rollout_ref.{role}.fsdp_config.use_torch_compile=False",
+            f"actor_rollout_ref.{role}.fsdp_config.model_dtype=fp32",
+            f"actor_rollout_ref.{role}.fsdp_config.dtype=float32",
+        ]
+    overrides += [
+        f"actor_rollout_ref.rollout.n={samples}",
+        f"data.train_files={paths['train']}",
+        f"data.val_files={paths['test']}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=16",
+        "data.max_response_length=4",
+        "data.dataloader_num_workers=0",
+        f"actor_rollout_ref.model.path={paths['model']}",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        "actor_rollout_ref.rollout.name=hf_cpu",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.calculate_log_probs=False",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
+        f"reward.custom_reward_function.path={reward_module}",
+        "reward.custom_reward_function.name=compute_score",
+        "reward.num_workers=1",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        f"trainer.total_training_steps={steps}",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[console]",
+        f"trainer.default_local_dir={out_dir / 'checkpoints'}",
+        f"trainer.use_v1={not legacy}",
+        "+ray_kwargs.ray_init.num_cpus=8",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    ]
+    return overrides
+
+
+def trainer_environment(out_dir: Path) -> dict[str, str]:
+    """Switch the CPU backend on in every verl process (inherited by Ray's workers)."""
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray refuses fake GPUs with an empty device list
+    modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    env.update({
+        "VERL_PLATFORM": "cpu",
+        "VERL_USE_EXTERNAL_MODULES": ",".join(dict.fromkeys(modules + ["verl_rfpp.cpu"])),
+        "VERL_ENGINE_DEVICE": "cuda",  # the FSDP engine registers for cuda/npu only; it runs on "cpu"
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "RAY_DEDUP_LOGS": "0",
+        TRACE_ENV: str(out_dir / "trace.txt"),
+    })
+    return env
+
+
+def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` of one CPU training run; builds the assets under ``out_dir/assets``."""
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = assets.build_all(out_dir / "assets")
+    argv = [sys.executable, "-m", "verl.trainer.main_ppo", *trainer_overrides(estimator, paths, steps, legacy, out_dir)]
+    return argv, trainer_environment(out_dir)

@@ -1,0 +1,132 @@
+"""A token-in/token-out rollout backend around transformers ``generate`` (CPU), registered as
+``actor_rollout_ref.rollout.name=hf_cpu``: a ``RolloutReplica`` that starts one server actor, the
+server actor, and the worker-side adapter that pushes the actor's weights to it after each update."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Generator, Optional
+
+import ray
+import torch
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+from verl_rfpp.plugin import TRACE_ENV
+
+logger = logging.getLogger("verl_rfpp")
+
+NAME = "hf_cpu"
+
+
+def server_name(replica_rank: int) -> str:
+    return f"rfpp_hf_cpu_server_{replica_rank}_{ray.get_runtime_context().get_job_id()}"
+
+
+class HFRolloutServer:
+    """Holds a transformers causal LM and samples from it; weights arrive through ``load_weights``."""
+
+    def __init__(self, model_path: str, prompt_length: int, response_length: int, seed: int = 0):
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(seed)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32,
+                                                          attn_implementation="sdpa").eval()
+        self.prompt_length, self.response_length = prompt_length, response_length
+        self.global_steps = 0  # the trainer step whose weights are loaded (verl's staleness metrics)
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], global_steps: Optional[int] = None) -> int:
+        missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+        real_missing = [name for name in missing if not name.endswith("lm_head.weight")]
+        if real_missing or unexpected:
+            raise RuntimeError(f"weight sync mismatch: missing {real_missing}, unexpected {unexpected}")
+        if global_steps is not None:
+            self.global_steps = global_steps
+        trace = os.environ.get(TRACE_ENV)
+        if trace:
+            checksum = sum(float(t.double().abs().sum()) for t in state_dict.values())
+            with open(trace, "a") as handle:
+                handle.write(f"weights pid={os.getpid()} global_steps={self.global_steps} abs_sum={checksum:.12g}\n")
+        return self.global_steps
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
+        params = dict(sampling_params)
+        max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", self.response_length))
+        max_tokens = max(1, min(max_tokens, self.response_length))
+        temperature = float(params.get("temperature", 1.0) or 0.0)
+        eos = self.model.config.eos_token_id
+        generation = {"do_sample": temperature > 0, "max_new_tokens": max_tokens, "eos_token_id": eos,
+                      "pad_token_id": eos, "return_dict_in_generate": True, "output_scores": True}
+        if temperature > 0:
+            generation.update(temperature=temperature, top_p=float(params.get("top_p", 1.0)),
+                              top_k=int(params.get("top_k", 0)) if int(params.get("top_k", -1)) > 0 else 0)
+        with torch.no_grad():
+            out = self.model.generate(input_ids=torch.tensor([prompt_ids]), **generation)
+        tokens = out.sequences[0, len(prompt_ids):].tolist()
+        if eos in tokens:
+            tokens = tokens[: tokens.index(eos) + 1]
+        log_probs = None
+        if params.get("logprobs"):
+            log_probs = [torch.log_softmax(score[0].float(), dim=-1)[token].item()
+                         for score, token in zip(out.scores, tokens)]
+        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason="completed",
+                           extra_fields={"global_steps": self.global_steps})
+
+    # Control methods the trainer calls on every server; nothing to do on the CPU.
+    async def wake_up(self): return None
+    async def sleep(self): return None
+    async def abort_all_requests(self, reject_request: bool = False): return {}
+    async def resume_generation(self): return None
+    async def clear_kv_cache(self): return None
+    async def release_kv_cache(self): return None
+    async def resume_kv_cache(self): return None
+    async def start_profile(self, **kwargs): return None
+    async def stop_profile(self): return None
+    async def wait_for_requests_to_drain(self): return None
+
+
+class HFReplica(RolloutReplica):
+    """One CPU server actor per replica, named so the hybrid workers' adapters can find it."""
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return False
+
+    async def launch_servers(self):
+        server = ray.remote(HFRolloutServer).options(
+            name=server_name(self.replica_rank), num_cpus=0.1, max_concurrency=self.max_concurrency,
+        ).remote(str(self.model_config.path), self.config.prompt_length, self.config.response_length)
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"ray-actor:{server_name(self.replica_rank)}"
+
+
+class HFServerAdapter(BaseRollout):
+    """Worker side: pushes the actor's full weights to the replica's server after each update."""
+
+    def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ.get("RANK", "0"))
+        world = self.config.tensor_model_parallel_size * self.config.data_parallel_size * self.config.pipeline_model_parallel_size
+        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
+        self.rollout_rank = rank % world
+        self._server: Optional[ray.actor.ActorHandle] = None
+
+    async def resume(self, tags: list[str]):
+        return None
+
+    async def release(self):
+        return None
+
+    async def update_weights(self, weights: Generator, wire_format: str = "named_tensors", **kwargs):
+        state_dict = {}
+        for name, tensor in weights:
+            if hasattr(tensor, "full_tensor"):
+                tensor = tensor.full_tensor()
+            state_dict[name] = tensor.detach().to("cpu", torch.float32).clone()
+        if self.rollout_rank != 0:
+            return
+        if self._server is None:
+            self._server = ray.get_actor(server_name(self.replica_rank))
+        await self._server.load_weights.remote(state_dict, kwargs.get("global_steps"))
