@@ -98,51 +98,29 @@ def _recipe(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Run both estimators through verl's registry on a generated batch and print the result."""
-    import numpy as np
-    import torch
-    import verl  # noqa: F401  (loads the verl.plugins entry points, ours included)
-    from verl.trainer.ppo import core_algos
+    """Train the tiny local model for a few steps inside verl's real trainer, on the CPU."""
+    import tempfile
+    from pathlib import Path
 
-    from verl_rfpp import plugin
+    from verl_rfpp.cpu import launch
 
-    generator = torch.Generator().manual_seed(args.seed)
-    prompts, samples, length = args.prompts, args.samples, args.length
-    batch = prompts * samples
-    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
-    mask = (torch.arange(length)[None, :] < lengths[:, None]).float()
-    outcome = torch.randint(0, 2, (batch,), generator=generator).float()
-    kl = 0.01 * torch.randn(batch, length, generator=generator) * mask
-    rewards = -kl
-    rewards[torch.arange(batch), lengths - 1] += outcome
-    uids = np.array([f"prompt-{i // samples}" for i in range(batch)], dtype=object)
-
-    print(f"verl {plugin.verl_version()}; batch {prompts} prompts x {samples} samples, "
-          f"responses up to {length} tokens")
-    for name in plugin.ESTIMATORS:
-        function = core_algos.get_adv_estimator_fn(name)
-        owner = "verl-rfpp" if plugin.registered_ours(name) else f"NOT verl-rfpp ({function.__module__})"
-        advantages, returns = function(
-            token_level_rewards=rewards, response_mask=mask, config={"gamma": 1.0}, index=uids
-        )
-        valid = mask.bool()
-        print(f"\n{name}: resolved by verl's registry to {owner}")
-        print(f"  raw advantage (returns): mean {returns[valid].mean():+.4f}  std {returns[valid].std(correction=0):.4f}")
-        print(f"  advantage:               mean {advantages[valid].mean():+.4f}  std {advantages[valid].std(correction=0):.4f}")
-        print(f"  masked positions exactly zero: {bool((advantages[~valid] == 0).all())}")
-        if not plugin.registered_ours(name):
-            return 1
-    return 0
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="verl-rfpp-demo-"))
+    print(f"verl-rfpp demo: {args.estimator} on verl's {'legacy' if args.legacy else 'v1'} trainer, "
+          f"{args.steps} steps, CPU; assets and logs in {out}", flush=True)
+    result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy)
+    print(launch.summary(args.estimator, result))
+    ours_ran = any(line.startswith(args.estimator + " ") for line in result.trace)
+    return 0 if result.returncode == 0 and ours_ran and len(result.steps) == args.steps else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verl-rfpp", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run both estimators through verl's registry")
-    demo.add_argument("--prompts", type=int, default=4)
-    demo.add_argument("--samples", type=int, default=8)
-    demo.add_argument("--length", type=int, default=16)
-    demo.add_argument("--seed", type=int, default=0)
+    demo = commands.add_parser("demo", help="train a tiny local model with verl's real trainer on the CPU")
+    demo.add_argument("--estimator", choices=validation.ESTIMATOR_NAMES, default="reinforce_plus_plus_baseline")
+    demo.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of v1")
+    demo.add_argument("--steps", type=int, default=3)
+    demo.add_argument("--out", help="directory for the assets and logs (default: a new temporary one)")
     demo.set_defaults(handler=_demo)
     doctor = commands.add_parser("doctor", help="check that verl runs verl-rfpp's estimators")
     doctor.set_defaults(handler=_doctor)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from verl_rfpp import validation
 from verl_rfpp.cpu import assets
@@ -88,3 +93,79 @@ def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False)
     paths = assets.build_all(out_dir / "assets")
     argv = [sys.executable, "-m", "verl.trainer.main_ppo", *trainer_overrides(estimator, paths, steps, legacy, out_dir)]
     return argv, trainer_environment(out_dir)
+
+
+def parse_step_line(line: str) -> Optional[tuple[int, dict[str, float]]]:
+    """verl's console logger line ``step:N - key:value - ...`` as ``(N, {key: value})``."""
+    match = re.search(r"step:(\d+) - (.*)$", line)
+    if not match:
+        return None
+    metrics = {}
+    for part in match.group(2).split(" - "):
+        key, _, raw = part.partition(":")
+        raw = re.sub(r"np\.\w+\((.*)\)", r"\1", raw.strip())  # the legacy trainer logs np.float64(x)
+        number = re.search(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", raw)
+        if key and number:
+            metrics[key.strip()] = float(number.group(0))
+    return int(match.group(1)), metrics
+
+
+@dataclass
+class RunResult:
+    """What one CPU run of verl showed: exit code, per-step metrics, the trace, the driver pid."""
+
+    returncode: int
+    steps: dict[int, dict[str, float]] = field(default_factory=dict)
+    trace: list[str] = field(default_factory=list)
+    driver_pids: set[int] = field(default_factory=set)
+    log: list[str] = field(default_factory=list)
+
+
+def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, echo: bool = True,
+        timeout: float = 900) -> RunResult:
+    """Run verl's ``main_ppo`` on the CPU, streaming its log; collect metrics and the trace."""
+    argv, env = command(estimator, out_dir, steps, legacy)
+    trace_path = Path(env[TRACE_ENV])
+    trace_path.unlink(missing_ok=True)
+    result = RunResult(returncode=-1)
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               cwd=out_dir, bufsize=1)
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    for line in process.stdout:
+        result.log.append(line)
+        if echo:
+            sys.stdout.write(line)
+        parsed = parse_step_line(line)
+        if parsed:
+            result.steps[parsed[0]] = parsed[1]
+            driver = re.search(r"\((TaskRunner\w*) pid=(\d+)\)", line)
+            if driver:
+                result.driver_pids.add(int(driver.group(2)))
+        if time.monotonic() > deadline:
+            process.kill()
+            break
+    result.returncode = process.wait()
+    if trace_path.exists():
+        result.trace = trace_path.read_text().splitlines()
+    return result
+
+
+def summary(estimator: str, result: RunResult) -> str:
+    """The demo's closing lines: who computed the advantages where, and the per-step metrics."""
+    lines = ["", "=" * 78, f"verl-rfpp demo: {estimator}, exit code {result.returncode}"]
+    calls = [line for line in result.trace if line.startswith(estimator + " ")]
+    pids = sorted({int(re.search(r"pid=(\d+)", line).group(1)) for line in calls})
+    where = ", ".join(f"pid {pid}{' (verl driver: TaskRunner)' if pid in result.driver_pids else ''}" for pid in pids)
+    lines.append(f"advantages computed by verl_rfpp's {estimator} in {where or 'no process'} "
+                 f"({len(calls)} calls)")
+    keys = ["critic/score/mean", "actor/kl_loss", "actor/reward_kl_penalty", "rfpp/raw_adv_mean",
+            "rfpp/raw_adv_std", "rfpp/adv_mean", "rfpp/adv_std", "rfpp/valid_tokens", "rfpp/var_floor_used"]
+    for step, metrics in sorted(result.steps.items()):
+        shown = " ".join(f"{key.split('/', 1)[1] if key.startswith('rfpp/') else key}={metrics[key]:.4g}"
+                         for key in keys if key in metrics)
+        lines.append(f"step {step}: {shown}")
+    weights = [line for line in result.trace if line.startswith("weights ")]
+    if weights:
+        lines.append(f"weight syncs to the rollout: {len(weights)} ({weights[0].split()[-1]} -> {weights[-1].split()[-1]})")
+    return "\n".join(lines)
