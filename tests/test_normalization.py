@@ -13,6 +13,7 @@ import distributed_worker
 import reference
 from batches import make_batch
 from verl_rfpp import VARIANCE_FLOOR, EmptyPopulationError, masked_global_normalize
+from verl_rfpp.normalization import normalize_row_constant
 
 
 def _values(seed, rows=17, length=13, dtype=torch.float64):
@@ -60,6 +61,25 @@ def test_output_is_exact_zero_and_dtype_follows_input():
 def test_empty_population_raises():
     with pytest.raises(EmptyPopulationError):
         masked_global_normalize(torch.randn(3, 4), torch.zeros(3, 4))
+    with pytest.raises(EmptyPopulationError):
+        normalize_row_constant(torch.randn(3), torch.zeros(3, 4, dtype=torch.bool), torch.float32)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_row_constant_normalization_counts_every_valid_token(seed):
+    _, mask = _values(seed)
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randn(mask.shape[0], generator=g, dtype=torch.float64)
+    rows[0] = float("nan")  # row 0 has no valid token: ignored whatever it holds
+    broadcast = torch.where(mask.bool(), rows[:, None], 0.0)
+    normalized, stats = normalize_row_constant(rows, mask.bool(), torch.float64)
+    expected = reference.normalize(broadcast, mask)
+    mu, var, n = reference.moments(broadcast, mask)
+    assert (normalized - expected).abs().max().item() <= 1e-12
+    assert torch.equal(normalized[mask == 0], torch.zeros(int((mask == 0).sum()), dtype=torch.float64))
+    assert stats.valid_token_count.item() == n
+    assert abs(stats.raw_mean.item() - mu) <= 1e-12 and abs(stats.raw_std.item() ** 2 - var) <= 1e-12
+    assert abs(stats.normalized_std.item() - 1.0) <= 1e-12
 
 
 # --- real torch.distributed gloo groups ---------------------------------------------------------
@@ -83,6 +103,8 @@ def _scenarios(world_size):
     scenarios.append(("rank-without-valid-token", *_split_rows(values, starved, [rows // 2] + ([rows - 2] if world_size == 3 else []))))
     scenarios.append(("rank-with-zero-rows", *_split_rows(values, mask, [0] + ([rows // 3] if world_size == 3 else []))))
     scenarios.append(("globally-empty", *_split_rows(values, torch.zeros_like(mask), [2] + ([4] if world_size == 3 else []))))
+    rows = values[:, 0].clone()  # a row-constant advantage, as the baseline's C_i
+    scenarios.append(("row-constant", *_split_rows(rows, mask, uneven)))
     return scenarios
 
 
@@ -129,7 +151,11 @@ def test_sharded_population_equals_single_process(world_size, tmp_path):
         if name == "globally-empty":
             assert all(status == "empty" for status, _, _ in outcomes.values())
             continue
-        single, single_stats = masked_global_normalize(values, mask)
+        if values.dim() == 1:
+            single, single_stats = normalize_row_constant(values, mask.bool(), torch.float64)
+            values = torch.where(mask.bool(), values[:, None], 0.0)
+        else:
+            single, single_stats = masked_global_normalize(values, mask)
         sharded = torch.cat([outcomes[rank][1] for rank in range(world_size)])
         assert sharded.shape == single.shape
         assert (sharded - single).abs().max().item() <= 1e-12, name

@@ -20,7 +20,9 @@ from verl_rfpp.normalization import (
     NormalizationStats,
     as_bool_mask,
     compute_dtype,
+    normalize_row_constant,
     normalize_selected,
+    row_lengths,
 )
 
 _RETURN_CHUNK = 128
@@ -73,8 +75,13 @@ def _check_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
 
 
 def select_rewards(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``select(m, r)``: rewards in working precision, exactly 0 where ``m = 0`` (SPEC.md 1)."""
-    return torch.where(valid, token_level_rewards.to(compute_dtype(token_level_rewards.dtype)), 0.0)
+    """``select(m, r)``: rewards in working precision, exactly 0 where ``m = 0`` (SPEC.md 1).
+
+    A copy whose masked positions are overwritten (``masked_fill_``): boolean, never
+    multiplicative, and faster on the CPU than ``torch.where`` into a new tensor.
+    """
+    selected = token_level_rewards.to(compute_dtype(token_level_rewards.dtype), copy=True)
+    return selected.masked_fill_(~valid, 0.0)
 
 
 def discounted_returns(rewards: torch.Tensor, valid: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
@@ -144,17 +151,18 @@ def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int]:
     return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques)
 
 
-def group_centered_rewards(rewards: torch.Tensor, valid: torch.Tensor, index: Any) -> torch.Tensor:
+def group_centered_rewards(rewards: torch.Tensor, lengths: torch.Tensor, index: Any) -> torch.Tensor:
     """``C_i = R_i - b_g`` with the inclusive group mean ``b_g`` (SPEC.md section 3), float64.
 
-    ``R_i`` sums ``rewards`` (already 0 at masked positions). Rows without any valid token are
-    padding, not responses: they are in no group and get ``C_i = 0``; a group of one gets 0.
+    ``R_i`` sums ``rewards`` (already 0 at masked positions); ``lengths`` holds each row's
+    valid-token count. Rows without any valid token are padding, not responses: they are in no
+    group and get ``C_i = 0``; a group of one gets 0.
     """
     batch = rewards.shape[0]
     codes, groups = group_codes(index, batch)
     codes = codes.to(rewards.device)
     scores = rewards.sum(dim=1).to(torch.float64)
-    is_response = valid.any(dim=1)
+    is_response = lengths > 0
     members = is_response.to(torch.float64)
     group_size = torch.zeros(groups, dtype=torch.float64, device=rewards.device).index_add_(0, codes, members)
     group_total = torch.zeros_like(group_size).index_add_(0, codes, scores * members)
@@ -204,7 +212,8 @@ def reinforce_plus_plus_baseline(
     """REINFORCE++-baseline (SPEC.md section 3): normalized group-centred outcome rewards.
 
     ``R_i = sum_t select(m, r)``, ``C_i = R_i - mean_{j in g(i)} R_j``, ``A_raw = m * C_i``,
-    then the global normalization of section 4.
+    then the global normalization of section 4, whose moments come from the per-row ``C_i``
+    weighted by the row lengths (``normalize_row_constant``): no pass over ``(bs, T)`` for them.
 
     Args:
         token_level_rewards: ``(bs, response_length)``.
@@ -218,10 +227,13 @@ def reinforce_plus_plus_baseline(
     _check_rewards(token_level_rewards, response_mask)
     valid = as_bool_mask(response_mask)
     rewards = select_rewards(token_level_rewards, valid)
-    centered = group_centered_rewards(rewards, valid, index).to(rewards.dtype)
+    lengths = row_lengths(valid)
+    centered = group_centered_rewards(rewards, lengths, index)
     zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
-    raw = torch.where(valid, centered[:, None], zero, out=rewards)  # reuses the rewards' buffer
-    advantages, stats = normalize_selected(raw, valid, process_group=process_group)
+    raw = torch.where(valid, centered.to(rewards.dtype)[:, None], zero, out=rewards)  # reuses the buffer
+    advantages, stats = normalize_row_constant(
+        centered, valid, rewards.dtype, lengths=lengths, process_group=process_group
+    )
     dtype = token_level_rewards.dtype
     return EstimatorResult(advantages.to(dtype), raw.to(dtype), stats)
 

@@ -127,40 +127,98 @@ def normalize_selected(
 
     first = torch.stack([valid.count_nonzero().to(torch.float64), accumulate(raw)])
     count, total = _all_reduce(first, process_group).unbind()
-    try:
-        # An assert on the device instead of `if count == 0`: no host sync on accelerators.
-        torch._assert_async(count > 0, _EMPTY_MESSAGE)
-    except RuntimeError as error:  # CPU tensors assert synchronously.
-        raise EmptyPopulationError(_EMPTY_MESSAGE) from error
-    safe_count = count.clamp(min=1.0)
-    mean = total / safe_count
+    mean = total / _checked_count(count)
 
     centered = torch.sub(raw, mean.to(raw.dtype), out=out)
     centered.masked_fill_(invalid, 0.0)
     second = torch.stack([accumulate(centered), accumulate_squares(centered)])
     centered_total, centered_squares = _all_reduce(second, process_group).unbind()
-    torch._assert_async(torch.isfinite(total) & torch.isfinite(centered_squares), _NONFINITE_MESSAGE)
-
-    shift = centered_total / safe_count
-    variance = (centered_squares / safe_count - shift.square()).clamp(min=0.0)
-    floored = variance < variance_floor
-    inv_std = torch.rsqrt(torch.clamp(variance, min=variance_floor))
+    shift, variance, inv_std = _variance(count, total, centered_total, centered_squares, variance_floor)
 
     normalized = centered.sub_(shift.to(raw.dtype)).mul_(inv_std.to(raw.dtype))
     normalized.masked_fill_(invalid, 0.0)
 
     third = torch.stack([accumulate(normalized), accumulate_squares(normalized)])
-    out_total, out_squares = _all_reduce(third, process_group).unbind()
+    stats = _stats(count, mean + shift, variance, variance_floor, _all_reduce(third, process_group))
+    return normalized, stats
+
+
+def normalize_row_constant(
+    row_values: torch.Tensor,
+    valid: torch.Tensor,
+    dtype: torch.dtype,
+    *,
+    lengths: Optional[torch.Tensor] = None,
+    process_group: Optional[dist.ProcessGroup] = None,
+    variance_floor: float = VARIANCE_FLOOR,
+    out: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, NormalizationStats]:
+    """SPEC.md section 4 for an advantage that is constant along each row: ``A[i,t] = v_i`` on S.
+
+    The population is still every valid token (row ``i`` counts ``L_i`` times), so the moments
+    are ``sum_i L_i v_i / N`` and ``sum_i L_i (v_i - mu)^2 / N``: the same two passes and
+    all-reduces as ``normalize_selected``, over ``(bs,)`` float64 vectors instead of the
+    ``(bs, T)`` tensor. Output: ``where(m, (v_i - mu) / sqrt(max(var, floor)), 0)`` in ``dtype``,
+    written into ``out`` when given. ``lengths`` (valid tokens per row) is counted from
+    ``valid`` when not given; rows with ``L_i = 0`` are ignored whatever ``v_i`` holds.
+    """
+    if lengths is None:
+        lengths = row_lengths(valid)
+    weights = lengths.to(torch.float64)
+    values = torch.where(weights > 0, row_values.to(torch.float64), 0.0)
+
+    first = torch.stack([weights.sum(), (weights * values).sum()])
+    count, total = _all_reduce(first, process_group).unbind()
+    mean = total / _checked_count(count)
+
+    centered = values - mean
+    second = torch.stack([(weights * centered).sum(), (weights * centered.square()).sum()])
+    centered_total, centered_squares = _all_reduce(second, process_group).unbind()
+    shift, variance, inv_std = _variance(count, total, centered_total, centered_squares, variance_floor)
+
+    normalized_rows = (centered - shift) * inv_std
+    third = torch.stack([(weights * normalized_rows).sum(), (weights * normalized_rows.square()).sum()])
+    stats = _stats(count, mean + shift, variance, variance_floor, _all_reduce(third, process_group))
+    zero = torch.zeros((), dtype=dtype, device=valid.device)
+    normalized = torch.where(valid, normalized_rows.to(dtype)[:, None], zero, out=out)
+    return normalized, stats
+
+
+def row_lengths(valid: torch.Tensor) -> torch.Tensor:
+    """Valid tokens per row, ``L_i = sum_t m[i,t]`` (int32), from the boolean mask."""
+    return valid.view(torch.uint8).sum(dim=-1, dtype=torch.int32)
+
+
+def _checked_count(count: torch.Tensor) -> torch.Tensor:
+    """``N`` clamped at 1 after asserting ``N > 0`` on the device (no host sync on accelerators)."""
+    try:
+        torch._assert_async(count > 0, _EMPTY_MESSAGE)
+    except RuntimeError as error:  # CPU tensors assert synchronously.
+        raise EmptyPopulationError(_EMPTY_MESSAGE) from error
+    return count.clamp(min=1.0)
+
+
+def _variance(count, total, centered_total, centered_squares, variance_floor):
+    """``(shift, var, 1 / sqrt(max(var, floor)))`` from the second pass's sums (corrected form)."""
+    torch._assert_async(torch.isfinite(total) & torch.isfinite(centered_squares), _NONFINITE_MESSAGE)
+    safe_count = count.clamp(min=1.0)
+    shift = centered_total / safe_count
+    variance = (centered_squares / safe_count - shift.square()).clamp(min=0.0)
+    return shift, variance, torch.rsqrt(torch.clamp(variance, min=variance_floor))
+
+
+def _stats(count, raw_mean, variance, variance_floor, output_sums) -> NormalizationStats:
+    out_total, out_squares = output_sums.unbind()
+    safe_count = count.clamp(min=1.0)
     out_mean = out_total / safe_count
-    stats = NormalizationStats(
-        raw_mean=mean + shift,
+    return NormalizationStats(
+        raw_mean=raw_mean,
         raw_std=variance.sqrt(),
         normalized_mean=out_mean,
         normalized_std=(out_squares / safe_count - out_mean.square()).clamp(min=0.0).sqrt(),
         valid_token_count=count,
-        variance_floored=floored.to(torch.float64),
+        variance_floored=(variance < variance_floor).to(torch.float64),
     )
-    return normalized, stats
 
 
 def masked_global_normalize(
