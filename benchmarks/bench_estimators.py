@@ -135,7 +135,8 @@ def main() -> None:
     if args.quick:
         grid, dtypes, repeats = [(64, 256), (256, 512)], [torch.float32, torch.bfloat16], 2
     else:
-        grid, dtypes, repeats = [(1024, 4096), (4096, 8192), (8192, 8192)], [torch.float32, torch.bfloat16], args.repeats
+        grid = [(1024, 4096), (4096, 8192), (8192, 8192), (256, 32768)]
+        dtypes, repeats = [torch.float32, torch.bfloat16], args.repeats
     run(grid, dtypes, repeats)
 
 
