@@ -15,7 +15,7 @@ PLUGIN_MODULE = "verl_rfpp.plugin"
 
 def _doctor(args: argparse.Namespace) -> int:
     """Report whether verl runs our estimators; exit 0 only if every piece is ours."""
-    import verl  # loads the verl.plugins entry points; must come before any import of ours
+    import verl  # noqa: F401  (loads the verl.plugins entry points; must precede any import of ours)
 
     loaded = PLUGIN_MODULE in sys.modules
     entry_points = [ep for ep in metadata.entry_points(group="verl.plugins") if ep.value == PLUGIN_MODULE]
