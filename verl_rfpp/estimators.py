@@ -114,16 +114,17 @@ def _consume_into_returns(rewards: torch.Tensor, valid: torch.Tensor, gamma: flo
 
 
 def _discounted_returns_blocked(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Suffix sums discounted by position, chunk by chunk (trip count ``T / 128``, gamma < 1 only)."""
     batch, length = rewards.shape
     chunk = min(_RETURN_CHUNK, length)
     chunks = -(-length // chunk)
     padded = torch.nn.functional.pad(rewards, (0, chunks * chunk - length)).view(batch, chunks, chunk)
-    offsets = torch.arange(chunk, dtype=torch.float64)
+    offsets = torch.arange(chunk, dtype=torch.float64, device=rewards.device)
     lags = offsets[:, None] - offsets[None, :]  # lags[u, t] = u - t
     discount = torch.where(lags >= 0, torch.pow(gamma, lags.clamp(min=0)), 0.0).to(rewards.dtype)
     local = torch.matmul(padded, discount)  # sum over u >= t within the chunk
     carry_weight = torch.pow(gamma, chunk - offsets).to(rewards.dtype)  # gamma^(C - t)
-    carry = torch.zeros(batch, dtype=rewards.dtype)
+    carry = torch.zeros(batch, dtype=rewards.dtype, device=rewards.device)
     for index in range(chunks - 1, -1, -1):
         local[:, index].add_(carry[:, None] * carry_weight)
         carry = local[:, index, 0]
