@@ -15,10 +15,9 @@ from verl_rfpp.estimators import (
     reinforce_plus_plus_baseline,
 )
 from verl_rfpp.normalization import VARIANCE_FLOOR, NormalizationStats, masked_global_normalize
+from verl_rfpp.validation import ESTIMATOR_NAMES
 
 __version__ = "0.1.0"
-
-ESTIMATOR_NAMES = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
 __all__ = [
     "ESTIMATOR_NAMES",

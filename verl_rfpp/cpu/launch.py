@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
-import time
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -128,9 +129,12 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
     trace_path = Path(env[TRACE_ENV])
     trace_path.unlink(missing_ok=True)
     result = RunResult(returncode=-1)
+    # A session of its own, so a timeout also kills the Ray processes the trainer started.
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               cwd=out_dir, bufsize=1)
-    deadline = time.monotonic() + timeout
+                               cwd=out_dir, bufsize=1, start_new_session=True)
+    # The watchdog fires even when a hung trainer prints nothing (a deadline checked per line would not).
+    watchdog = threading.Timer(timeout, os.killpg, args=(process.pid, signal.SIGKILL))
+    watchdog.start()
     assert process.stdout is not None
     for line in process.stdout:
         result.log.append(line)
@@ -142,10 +146,8 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
             driver = re.search(r"\((TaskRunner\w*) pid=(\d+)\)", line)
             if driver:
                 result.driver_pids.add(int(driver.group(2)))
-        if time.monotonic() > deadline:
-            process.kill()
-            break
     result.returncode = process.wait()
+    watchdog.cancel()
     if trace_path.exists():
         result.trace = trace_path.read_text().splitlines()
     return result
