@@ -23,6 +23,8 @@ from verl_rfpp import (
     reinforce_plus_plus_baseline,
 )
 
+pytestmark = pytest.mark.usefixtures("passes_implementation")
+
 TOLERANCE = {torch.float32: 1e-6, torch.float64: 1e-12}
 
 
@@ -277,4 +279,14 @@ def test_nonfinite_value_at_a_valid_position_is_an_error():
     rewards[0, 0] = math.nan
     mask[0, 0] = 1.0
     with pytest.raises(RuntimeError, match="NaN or Inf"):
+        reinforce_plus_plus(rewards, mask)
+
+
+def test_cpu_tensors_take_the_kernels_unless_switched_off(passes_implementation, monkeypatch):
+    from verl_rfpp import passes
+
+    rewards, mask, _ = make_batch(1)
+    assert passes.uses_cpu_kernels(rewards, mask) == (passes_implementation == "kernels")
+    monkeypatch.setenv(passes.CPU_KERNELS_VARIABLE, "yes")
+    with pytest.raises(RfppInputError, match="VERL_RFPP_CPU_KERNELS='yes'; use 1"):
         reinforce_plus_plus(rewards, mask)

@@ -15,6 +15,8 @@ from batches import make_batch
 from verl_rfpp import VARIANCE_FLOOR, EmptyPopulationError, masked_global_normalize
 from verl_rfpp.normalization import normalize_row_constant
 
+pytestmark = pytest.mark.usefixtures("passes_implementation")
+
 
 def _values(seed, rows=17, length=13, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)

@@ -15,17 +15,9 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
+from verl_rfpp import passes
 from verl_rfpp.errors import RfppInputError
-from verl_rfpp.normalization import (
-    NormalizationStats,
-    as_bool_mask,
-    compute_dtype,
-    normalize_row_constant,
-    normalize_selected,
-    row_lengths,
-)
-
-_RETURN_CHUNK = 128
+from verl_rfpp.normalization import NormalizationStats, normalize_rows, normalize_with_sums
 
 
 class EstimatorResult(NamedTuple):
@@ -74,61 +66,18 @@ def _check_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
         )
 
 
-def select_rewards(token_level_rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``select(m, r)``: rewards in working precision, exactly 0 where ``m = 0`` (SPEC.md 1).
-
-    A copy whose masked positions are overwritten (``masked_fill_``): boolean, never
-    multiplicative, and faster on the CPU than ``torch.where`` into a new tensor.
-    """
-    selected = token_level_rewards.to(compute_dtype(token_level_rewards.dtype), copy=True)
-    return selected.masked_fill_(~valid, 0.0)
-
-
-def discounted_returns(rewards: torch.Tensor, valid: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+def discounted_returns(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
+) -> torch.Tensor:
     """KL-to-go returns ``G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * r[i,u]`` (SPEC.md 2).
 
-    ``rewards`` must already be 0 at masked positions (``select_rewards``), so the sum runs
-    straight through interior mask holes and discounts by position. ``rewards`` is left intact.
+    The sum runs over the selected rewards (masked positions hold anything and count as 0),
+    straight through interior mask holes, discounting by position. In the rewards' dtype.
     """
-    return _consume_into_returns(rewards.clone(), valid, gamma)
-
-
-def _consume_into_returns(rewards: torch.Tensor, valid: torch.Tensor, gamma: float) -> torch.Tensor:
-    """``discounted_returns``, using ``rewards`` as its workspace (it is overwritten).
-
-    gamma = 1: an in-place cumulative sum (CPU ``cumsum`` accumulates in double) gives the
-    inclusive prefix ``P``; then ``G[:, t] = P[:, -1] - P[:, t-1]`` (the suffix sum).
-    gamma < 1: exact blocked recurrence, a ``(C, C)`` discount matrix within chunks of
-    ``C = 128`` positions and the carry ``gamma^(C-t) * G[:, next chunk start]`` between them.
-    """
-    if rewards.shape[1] == 0:
-        return rewards
-    if gamma == 1.0:
-        prefix = rewards.cumsum_(dim=1)
-        returns = torch.empty_like(prefix)
-        returns[:, 0] = prefix[:, -1]
-        torch.sub(prefix[:, -1:], prefix[:, :-1], out=returns[:, 1:])
-    else:
-        returns = _discounted_returns_blocked(rewards, gamma)
-    return returns.masked_fill_(~valid, 0.0)
-
-
-def _discounted_returns_blocked(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Suffix sums discounted by position, chunk by chunk (trip count ``T / 128``, gamma < 1 only)."""
-    batch, length = rewards.shape
-    chunk = min(_RETURN_CHUNK, length)
-    chunks = -(-length // chunk)
-    padded = torch.nn.functional.pad(rewards, (0, chunks * chunk - length)).view(batch, chunks, chunk)
-    offsets = torch.arange(chunk, dtype=torch.float64, device=rewards.device)
-    lags = offsets[:, None] - offsets[None, :]  # lags[u, t] = u - t
-    discount = torch.where(lags >= 0, torch.pow(gamma, lags.clamp(min=0)), 0.0).to(rewards.dtype)
-    local = torch.matmul(padded, discount)  # sum over u >= t within the chunk
-    carry_weight = torch.pow(gamma, chunk - offsets).to(rewards.dtype)  # gamma^(C - t)
-    carry = torch.zeros(batch, dtype=rewards.dtype, device=rewards.device)
-    for index in range(chunks - 1, -1, -1):
-        local[:, index].add_(carry[:, None] * carry_weight)
-        carry = local[:, index, 0]
-    return local.view(batch, chunks * chunk)[:, :length].contiguous()
+    _check_rewards(token_level_rewards, response_mask)
+    rewards = token_level_rewards.to(passes.compute_dtype(token_level_rewards.dtype))
+    returns = passes.discounted_returns(rewards, response_mask, gamma)[0]
+    return returns.to(token_level_rewards.dtype)
 
 
 def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int]:
@@ -152,21 +101,21 @@ def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int]:
     return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques)
 
 
-def group_centered_rewards(rewards: torch.Tensor, lengths: torch.Tensor, index: Any) -> torch.Tensor:
+def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: Any) -> torch.Tensor:
     """``C_i = R_i - b_g`` with the inclusive group mean ``b_g`` (SPEC.md section 3), float64.
 
-    ``R_i`` sums ``rewards`` (already 0 at masked positions); ``lengths`` holds each row's
-    valid-token count. Rows without any valid token are padding, not responses: they are in no
-    group and get ``C_i = 0``; a group of one gets 0.
+    ``scores`` holds ``R_i`` (the sum of the selected rewards of row ``i``), ``lengths`` each
+    row's valid-token count. Rows without any valid token are padding, not responses: they are in
+    no group and get ``C_i = 0``; a group of one gets 0.
     """
-    batch = rewards.shape[0]
+    batch = scores.shape[0]
     codes, groups = group_codes(index, batch)
-    codes = codes.to(rewards.device)
-    scores = rewards.sum(dim=1).to(torch.float64)
+    codes = codes.to(scores.device)
+    scores = scores.to(torch.float64)
     is_response = lengths > 0
     members = is_response.to(torch.float64)
-    group_size = torch.zeros(groups, dtype=torch.float64, device=rewards.device).index_add_(0, codes, members)
-    group_total = torch.zeros_like(group_size).index_add_(0, codes, scores * members)
+    group_size = torch.zeros(groups, dtype=torch.float64, device=scores.device).index_add_(0, codes, members)
+    group_total = torch.zeros_like(group_size).index_add_(0, codes, torch.where(is_response, scores, 0.0))
     group_mean = group_total / group_size.clamp(min=1.0)
     centered = scores - group_mean[codes]
     return torch.where(is_response & (group_size[codes] > 1), centered, 0.0)
@@ -193,12 +142,11 @@ def reinforce_plus_plus(
     """
     _check_rewards(token_level_rewards, response_mask)
     gamma = gamma_of(config)
-    valid = as_bool_mask(response_mask)
-    workspace = select_rewards(token_level_rewards, valid)
-    returns = _consume_into_returns(workspace, valid, gamma)
-    if workspace.data_ptr() == returns.data_ptr():  # zero-length responses: nothing to spare
-        workspace = None
-    advantages, stats = normalize_selected(returns, valid, process_group=process_group, out=workspace)
+    rewards = token_level_rewards.to(passes.compute_dtype(token_level_rewards.dtype))
+    returns, valid, row_sum, row_count = passes.discounted_returns(rewards, response_mask, gamma)
+    advantages, stats = normalize_with_sums(
+        returns, valid, passes.total(row_count), passes.total(row_sum), process_group=process_group
+    )
     dtype = token_level_rewards.dtype
     return EstimatorResult(advantages.to(dtype), returns.to(dtype), stats)
 
@@ -214,7 +162,8 @@ def reinforce_plus_plus_baseline(
 
     ``R_i = sum_t select(m, r)``, ``C_i = R_i - mean_{j in g(i)} R_j``, ``A_raw = m * C_i``,
     then the global normalization of section 4, whose moments come from the per-row ``C_i``
-    weighted by the row lengths (``normalize_row_constant``): no pass over ``(bs, T)`` for them.
+    weighted by the row lengths (``normalize_rows``): two passes over ``(bs, T)`` in all, one
+    that sums the rewards and one that writes both outputs.
 
     Args:
         token_level_rewards: ``(bs, response_length)``.
@@ -226,17 +175,12 @@ def reinforce_plus_plus_baseline(
         ``EstimatorResult(A_hat, m * C, stats)`` in the rewards' dtype.
     """
     _check_rewards(token_level_rewards, response_mask)
-    valid = as_bool_mask(response_mask)
-    rewards = select_rewards(token_level_rewards, valid)
-    lengths = row_lengths(valid)
-    centered = group_centered_rewards(rewards, lengths, index)
-    zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
-    raw = torch.where(valid, centered.to(rewards.dtype)[:, None], zero, out=rewards)  # reuses the buffer
-    advantages, stats = normalize_row_constant(
-        centered, valid, rewards.dtype, lengths=lengths, process_group=process_group
-    )
-    dtype = token_level_rewards.dtype
-    return EstimatorResult(advantages.to(dtype), raw.to(dtype), stats)
+    rewards = token_level_rewards.to(passes.compute_dtype(token_level_rewards.dtype))
+    valid, scores, lengths = passes.selected_row_sums(rewards, response_mask)
+    centered = group_centered_rewards(scores, lengths, index)
+    normalized_rows, stats = normalize_rows(centered, lengths, process_group=process_group)
+    advantages, raw = passes.broadcast_rows(valid, [normalized_rows, centered], token_level_rewards.dtype)
+    return EstimatorResult(advantages, raw, stats)
 
 
 def compute_reinforce_plus_plus_advantage(

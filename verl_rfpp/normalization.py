@@ -16,6 +16,7 @@ from typing import NamedTuple, Optional
 import torch
 import torch.distributed as dist
 
+from verl_rfpp import passes
 from verl_rfpp.errors import EmptyPopulationError, RfppInputError
 
 VARIANCE_FLOOR = 1e-8
@@ -49,33 +50,6 @@ class NormalizationStats(NamedTuple):
     variance_floored: torch.Tensor
 
 
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Working precision for an input dtype: float64 stays float64, everything else float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def accumulate(values: torch.Tensor) -> torch.Tensor:
-    """Sum of all elements as a float64 0-dim tensor.
-
-    Each row (last dimension) is summed in the working precision with torch's cascade summation
-    (error O(eps * log T) of the absolute row sum); rows and ranks are accumulated in float64.
-    Casting the whole tensor to float64 first would cost two extra float32-sized buffers.
-    """
-    if values.dim() == 0:
-        return values.to(torch.float64)
-    return values.sum(dim=-1).to(torch.float64).sum()
-
-
-def accumulate_squares(values: torch.Tensor) -> torch.Tensor:
-    """Sum of squares of all elements as a float64 0-dim tensor.
-
-    Row norms in the working precision (no squared temporary), squared and summed in float64.
-    """
-    if values.dim() == 0:
-        return values.to(torch.float64).square()
-    return torch.linalg.vector_norm(values, dim=-1).to(torch.float64).square().sum()
-
-
 def _all_reduce(values: torch.Tensor, process_group: Optional[dist.ProcessGroup]) -> torch.Tensor:
     if process_group is not None:
         dist.all_reduce(values, op=dist.ReduceOp.SUM, group=process_group)
@@ -94,53 +68,69 @@ def _check_inputs(values: torch.Tensor, response_mask: torch.Tensor) -> None:
         )
 
 
-def as_bool_mask(response_mask: torch.Tensor) -> torch.Tensor:
-    """``response_mask`` as booleans (``m != 0``); a bool tensor is returned as is."""
-    return response_mask if response_mask.dtype == torch.bool else response_mask != 0
-
-
-def normalize_selected(
+def normalize_with_sums(
     raw: torch.Tensor,
     valid: torch.Tensor,
+    count: torch.Tensor,
+    total: torch.Tensor,
     *,
     process_group: Optional[dist.ProcessGroup] = None,
     variance_floor: float = VARIANCE_FLOOR,
-    out: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, NormalizationStats]:
-    """Normalize ``raw`` whose masked positions are already exactly 0 (SPEC.md section 4).
+    """Normalize ``raw`` over ``valid`` given this rank's ``N`` and ``sum_S A`` (SPEC.md section 4).
 
-    The estimators build their raw advantage by boolean selection, so they call this directly and
-    skip a second selection pass. ``raw`` must be in its working precision (``compute_dtype``);
-    ``valid`` is the boolean mask. The output has ``raw``'s dtype, exactly +0.0 at masked
-    positions; it is written into ``out`` (a workspace of ``raw``'s shape and dtype that the caller
-    no longer needs, saving one allocation) or into a new tensor.
-
-    Two passes, one all-reduce each when ``process_group`` is given (every rank enters both,
-    whatever it holds):
-      1. N and sum_S A  ->  mu;
-      2. c = A - mu on S, then sum_S c and sum_S c^2  ->  var = sum c^2 / N - (sum c / N)^2.
-    The second term corrects the rounding of mu to the working precision (corrected two-pass
-    algorithm); ``var`` is clamped at 0 and floored at ``variance_floor``. A third read of the
-    output measures its mean and std for the metrics (a third all-reduce with a group).
+    The estimators get ``count`` and ``total`` from the pass that built ``raw``, so the first
+    moment costs no pass of its own. ``raw`` is in its working precision (``compute_dtype``);
+    masked positions may hold anything. Then, one all-reduce each when ``process_group`` is given
+    (every rank enters all three, whatever it holds):
+      1. ``N`` and ``sum_S A``  ->  ``mu`` (float64);
+      2. one pass: ``c = A - mu`` on S, ``sum_S c`` and ``sum_S c^2``  ->
+         ``var = sum c^2 / N - (sum c / N)^2`` (the second term corrects whatever rounding the
+         subtraction of ``mu`` had: corrected two-pass), clamped at 0, floored at
+         ``variance_floor``;
+      3. one pass: the output and its sums for the metrics.
     """
-    invalid = ~valid
+    first = torch.stack([count.to(torch.float64), total.to(torch.float64)])
+    count, total = _all_reduce(first, process_group).unbind()
+    mean = total / _checked_count(count)
+    centered_total, centered_squares = _all_reduce(passes.centered_sums(raw, valid, mean), process_group).unbind()
+    shift, variance, inv_std = _variance(count, total, centered_total, centered_squares, variance_floor)
+    normalized, output_sums = passes.write_normalized(raw, valid, mean + shift, inv_std)
+    stats = _stats(count, mean + shift, variance, variance_floor, _all_reduce(output_sums, process_group))
+    return normalized, stats
 
-    first = torch.stack([valid.count_nonzero().to(torch.float64), accumulate(raw)])
+
+def normalize_rows(
+    row_values: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    process_group: Optional[dist.ProcessGroup] = None,
+    variance_floor: float = VARIANCE_FLOOR,
+) -> tuple[torch.Tensor, NormalizationStats]:
+    """SPEC.md section 4 for an advantage constant along each row: ``A[i,t] = v_i`` on S.
+
+    The population is still every valid token (row ``i`` counts ``L_i = lengths[i]`` times), so
+    the moments are ``sum_i L_i v_i / N`` and ``sum_i L_i (v_i - mu)^2 / N``: the same steps and
+    all-reduces as ``normalize_with_sums``, over ``(bs,)`` float64 vectors instead of ``(bs, T)``.
+    Returns the normalized row values ``(v_i - mu) / sqrt(max(var, floor))`` (float64) and the
+    stats; rows with ``L_i = 0`` are ignored whatever ``v_i`` holds.
+    """
+    weights = lengths.to(torch.float64)
+    values = torch.where(weights > 0, row_values.to(torch.float64), 0.0)
+
+    first = torch.stack([passes.total(weights), passes.total(weights * values)])
     count, total = _all_reduce(first, process_group).unbind()
     mean = total / _checked_count(count)
 
-    centered = torch.sub(raw, mean.to(raw.dtype), out=out)
-    centered.masked_fill_(invalid, 0.0)
-    second = torch.stack([accumulate(centered), accumulate_squares(centered)])
+    centered = values - mean
+    second = torch.stack([passes.total(weights * centered), passes.total(weights * centered.square())])
     centered_total, centered_squares = _all_reduce(second, process_group).unbind()
     shift, variance, inv_std = _variance(count, total, centered_total, centered_squares, variance_floor)
 
-    normalized = centered.sub_(shift.to(raw.dtype)).mul_(inv_std.to(raw.dtype))
-    normalized.masked_fill_(invalid, 0.0)
-
-    third = torch.stack([accumulate(normalized), accumulate_squares(normalized)])
+    normalized_rows = (centered - shift) * inv_std
+    third = torch.stack([passes.total(weights * normalized_rows), passes.total(weights * normalized_rows.square())])
     stats = _stats(count, mean + shift, variance, variance_floor, _all_reduce(third, process_group))
-    return normalized, stats
+    return normalized_rows, stats
 
 
 def normalize_row_constant(
@@ -148,45 +138,16 @@ def normalize_row_constant(
     valid: torch.Tensor,
     dtype: torch.dtype,
     *,
-    lengths: Optional[torch.Tensor] = None,
     process_group: Optional[dist.ProcessGroup] = None,
     variance_floor: float = VARIANCE_FLOOR,
-    out: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, NormalizationStats]:
-    """SPEC.md section 4 for an advantage that is constant along each row: ``A[i,t] = v_i`` on S.
-
-    The population is still every valid token (row ``i`` counts ``L_i`` times), so the moments
-    are ``sum_i L_i v_i / N`` and ``sum_i L_i (v_i - mu)^2 / N``: the same two passes and
-    all-reduces as ``normalize_selected``, over ``(bs,)`` float64 vectors instead of the
-    ``(bs, T)`` tensor. Output: ``where(m, (v_i - mu) / sqrt(max(var, floor)), 0)`` in ``dtype``,
-    written into ``out`` when given. ``lengths`` (valid tokens per row) is counted from
-    ``valid`` when not given; rows with ``L_i = 0`` are ignored whatever ``v_i`` holds.
-    """
-    if lengths is None:
-        lengths = row_lengths(valid)
-    weights = lengths.to(torch.float64)
-    values = torch.where(weights > 0, row_values.to(torch.float64), 0.0)
-
-    first = torch.stack([weights.sum(), (weights * values).sum()])
-    count, total = _all_reduce(first, process_group).unbind()
-    mean = total / _checked_count(count)
-
-    centered = values - mean
-    second = torch.stack([(weights * centered).sum(), (weights * centered.square()).sum()])
-    centered_total, centered_squares = _all_reduce(second, process_group).unbind()
-    shift, variance, inv_std = _variance(count, total, centered_total, centered_squares, variance_floor)
-
-    normalized_rows = (centered - shift) * inv_std
-    third = torch.stack([(weights * normalized_rows).sum(), (weights * normalized_rows.square()).sum()])
-    stats = _stats(count, mean + shift, variance, variance_floor, _all_reduce(third, process_group))
+    """``normalize_rows`` broadcast to ``where(m, (v_i - mu) / sqrt(max(var, floor)), 0)`` in
+    ``dtype``, ``valid`` being the boolean ``(bs, T)`` mask."""
+    normalized_rows, stats = normalize_rows(
+        row_values, passes.row_lengths(valid), process_group=process_group, variance_floor=variance_floor
+    )
     zero = torch.zeros((), dtype=dtype, device=valid.device)
-    normalized = torch.where(valid, normalized_rows.to(dtype)[:, None], zero, out=out)
-    return normalized, stats
-
-
-def row_lengths(valid: torch.Tensor) -> torch.Tensor:
-    """Valid tokens per row, ``L_i = sum_t m[i,t]`` (int32), from the boolean mask."""
-    return valid.view(torch.uint8).sum(dim=-1, dtype=torch.int32)
+    return torch.where(valid, normalized_rows.to(dtype)[:, None], zero), stats
 
 
 def _checked_count(count: torch.Tensor) -> torch.Tensor:
@@ -248,9 +209,9 @@ def masked_global_normalize(
         EmptyPopulationError: no valid token on any rank (on accelerators, a device-side assert).
     """
     _check_inputs(values, response_mask)
-    valid = as_bool_mask(response_mask)
-    raw = torch.where(valid, values.to(compute_dtype(values.dtype)), 0.0)
-    normalized, stats = normalize_selected(
-        raw, valid, process_group=process_group, variance_floor=variance_floor
+    raw = values.to(passes.compute_dtype(values.dtype))
+    valid, row_sum, row_count = passes.selected_row_sums(raw, response_mask)
+    normalized, stats = normalize_with_sums(
+        raw, valid, passes.total(row_count), passes.total(row_sum), process_group=process_group, variance_floor=variance_floor
     )
     return normalized.to(values.dtype), stats

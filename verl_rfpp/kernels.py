@@ -1,0 +1,148 @@
+"""CPU kernels for the passes over ``(bs, T)`` arrays: numba, compiled on first use, cached on disk.
+
+verl computes advantages in its driver process, on the CPU. There, every eager torch operation is
+one more trip through memory; these kernels fuse each pass of SPEC.md sections 2-4 into a single
+read of its inputs (and a single write of its outputs), so the two estimators cost about what
+reading the rewards and writing the two outputs cost (README, "Performance").
+
+Every kernel handles the rows ``[lo, hi)`` of numpy arrays (``run`` splits the rows over threads;
+the kernels release the GIL). Selection is a branch-free ``x if keep else 0.0``: a masked position
+is never read into arithmetic, so NaN/Inf stored there cannot leak (SPEC.md section 1). Sums
+accumulate in float64 (SPEC.md section 4); a value is rounded to the output dtype once, when it is
+stored. Per-row results go to ``(bs,)`` float64 / int64 arrays; the caller adds the rows up.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+import numpy as np
+
+_JIT = {"nogil": True, "cache": True, "boundscheck": False}
+# Reassociating float64 sums lets LLVM vectorize the reductions; results stay deterministic on a
+# machine (the order depends only on the vector width). No other fast-math flag: NaN and Inf at a
+# valid position must survive to the caller's finiteness check.
+_REDUCTION_JIT = {**_JIT, "fastmath": {"reassoc"}}
+
+MIN_ELEMENTS_PER_THREAD = 1 << 16
+
+
+@numba.njit(**_REDUCTION_JIT)
+def selected_row_sums(values, mask, store_valid, valid, row_sum, row_count, lo, hi):
+    """``row_sum[i] = sum_t select(m, values)``, ``row_count[i] = L_i``; ``valid = (mask != 0)``
+    is stored as uint8 when ``store_valid`` (otherwise ``valid`` is not touched)."""
+    length = values.shape[1]
+    for i in range(lo, hi):
+        total = 0.0
+        count = 0
+        for t in range(length):
+            keep = mask[i, t] != 0
+            if store_valid:
+                valid[i, t] = keep
+            total += values[i, t] if keep else 0.0
+            count += keep
+        row_sum[i] = total
+        row_count[i] = count
+
+
+@numba.njit(**_JIT)
+def suffix_sums(rewards, mask, gamma, store_valid, valid, returns, row_sum, row_count, lo, hi):
+    """``returns[i,t] = m * sum_{u>=t} gamma^(u-t) * select(m, r)[i,u]`` (SPEC.md section 2).
+
+    One backward sweep per row, ``acc = select(m, r)[t] + gamma * acc`` in float64: it runs
+    through interior holes (zero reward, the discount still applies) and never resets. Also
+    ``row_sum[i] = sum_t returns[i,t]`` (of the stored values), ``row_count[i] = L_i`` and, when
+    ``store_valid``, the uint8 ``valid`` mask. ``gamma == 1`` has a loop of its own, without the
+    multiply: the backward sum is a dependency chain, and its latency is the cost (measured: a
+    shared loop, even with FMA, is 1.6x slower).
+    """
+    length = rewards.shape[1]
+    for i in range(lo, hi):
+        acc = 0.0
+        total = 0.0
+        count = 0
+        if gamma == 1.0:
+            for t in range(length - 1, -1, -1):
+                keep = mask[i, t] != 0
+                if store_valid:
+                    valid[i, t] = keep
+                acc += rewards[i, t] if keep else 0.0
+                returns[i, t] = acc if keep else 0.0
+                total += returns[i, t]
+                count += keep
+        else:
+            for t in range(length - 1, -1, -1):
+                keep = mask[i, t] != 0
+                if store_valid:
+                    valid[i, t] = keep
+                acc = (rewards[i, t] if keep else 0.0) + gamma * acc
+                returns[i, t] = acc if keep else 0.0
+                total += returns[i, t]
+                count += keep
+        row_sum[i] = total
+        row_count[i] = count
+
+
+@numba.njit(**_REDUCTION_JIT)
+def centered_row_sums(values, valid, mean, row_sum, row_squares, lo, hi):
+    """``sum_t c`` and ``sum_t c^2`` with ``c = values - mean`` (float64) on valid positions."""
+    length = values.shape[1]
+    for i in range(lo, hi):
+        total = 0.0
+        squares = 0.0
+        for t in range(length):
+            centered = values[i, t] - mean if valid[i, t] else 0.0
+            total += centered
+            squares += centered * centered
+        row_sum[i] = total
+        row_squares[i] = squares
+
+
+@numba.njit(**_REDUCTION_JIT)
+def normalize(values, valid, mean, scale, out, row_sum, row_squares, lo, hi):
+    """``out = where(m, (values - mean) * scale, 0)``; the sums of the stored ``out`` and of its
+    squares per row (the output metrics of SPEC.md section 7)."""
+    length = values.shape[1]
+    for i in range(lo, hi):
+        total = 0.0
+        squares = 0.0
+        for t in range(length):
+            out[i, t] = (values[i, t] - mean) * scale if valid[i, t] else 0.0
+            stored = np.float64(out[i, t])
+            total += stored
+            squares += stored * stored
+        row_sum[i] = total
+        row_squares[i] = squares
+
+
+@numba.njit(**_JIT)
+def broadcast_rows(valid, first_rows, second_rows, first_out, second_out, lo, hi):
+    """``first_out[i,t] = where(m, first_rows[i], 0)`` and the same for ``second``: the two
+    row-constant outputs of the baseline (SPEC.md section 3) in one pass over the mask."""
+    length = valid.shape[1]
+    for i in range(lo, hi):
+        first = first_rows[i]
+        second = second_rows[i]
+        for t in range(length):
+            keep = valid[i, t] != 0
+            first_out[i, t] = first if keep else 0.0
+            second_out[i, t] = second if keep else 0.0
+
+
+def run(kernel, shape: tuple[int, int], threads: int, *arrays) -> None:
+    """Call ``kernel(*arrays, lo, hi)`` on contiguous row blocks, one per thread.
+
+    At most ``threads`` blocks (the trip count never grows with the batch), each of at least
+    ``MIN_ELEMENTS_PER_THREAD`` elements; small arrays run on the calling thread.
+    """
+    rows, length = shape
+    blocks = max(1, min(threads, rows, rows * length // MIN_ELEMENTS_PER_THREAD))
+    if blocks == 1:
+        kernel(*arrays, 0, rows)
+        return
+    bounds = np.linspace(0, rows, blocks + 1).astype(np.int64).tolist()
+    with ThreadPoolExecutor(max_workers=blocks, thread_name_prefix="verl_rfpp") as pool:
+        futures = [pool.submit(kernel, *arrays, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        for future in futures:
+            future.result()

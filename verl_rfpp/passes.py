@@ -1,0 +1,224 @@
+"""The passes over ``(bs, T)`` tensors that the estimators and the normalization make.
+
+Each function is one pass of SPEC.md sections 2-4 and has two implementations with one contract:
+on CPU tensors, a fused numba kernel (``verl_rfpp.kernels``: one read of the inputs, float64
+accumulators); on any other device, torch operations. ``VERL_RFPP_CPU_KERNELS=0`` selects the
+torch operations on the CPU too (for platforms without numba, and for the tests that check both).
+
+Masks: ``response_mask`` may be bool or numeric (``m != 0`` is valid); the functions that read it
+first return ``valid`` (bool) for the passes after them. Values: floating, in their working
+precision (``compute_dtype``); masked positions may hold anything, every pass selects.
+Row results are ``(bs,)`` float64 sums and int64 counts; nothing here syncs with the host.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+
+from verl_rfpp.errors import RfppInputError
+
+CPU_KERNELS_VARIABLE = "VERL_RFPP_CPU_KERNELS"
+_BLOCK = 128  # positions per chunk of the torch gamma < 1 recurrence
+
+# Mask dtypes the kernels read directly (numpy has them); other masks become bool first.
+_KERNEL_MASK_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32, torch.float64)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Working precision for an input dtype: float64 stays float64, everything else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def as_bool_mask(response_mask: torch.Tensor) -> torch.Tensor:
+    """``response_mask`` as booleans (``m != 0``); a bool tensor is returned as is."""
+    return response_mask if response_mask.dtype == torch.bool else response_mask != 0
+
+
+def uses_cpu_kernels(*tensors: torch.Tensor) -> bool:
+    """Whether the passes over these tensors run the numba kernels (all on the CPU, not disabled)."""
+    setting = os.environ.get(CPU_KERNELS_VARIABLE, "1")
+    if setting not in ("0", "1"):
+        raise RfppInputError(
+            f"verl_rfpp: {CPU_KERNELS_VARIABLE}={setting!r}; use 1 (numba kernels on the CPU, the "
+            "default) or 0 (torch operations everywhere)."
+        )
+    return setting == "1" and all(tensor.device.type == "cpu" for tensor in tensors)
+
+
+def selected_row_sums(values: torch.Tensor, response_mask: torch.Tensor):
+    """``(valid, row_sum, row_count)``: ``sum_t select(m, values)`` and ``L_i`` per row."""
+    if uses_cpu_kernels(values, response_mask):
+        kernels, mask, valid, store = _kernel_masks(response_mask)
+        row_sum, row_count = _row_vectors(values)
+        kernels.run(kernels.selected_row_sums, values.shape, torch.get_num_threads(),
+                    _array(values), mask, store, _array(valid), row_sum.numpy(), row_count.numpy())
+        return valid, row_sum, row_count
+    valid = as_bool_mask(response_mask)
+    selected = values.masked_fill(~valid, 0.0)
+    return valid, _row_sums(selected), row_lengths(valid)
+
+
+def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float):
+    """``(returns, valid, row_sum, row_count)`` with the KL-to-go returns of SPEC.md section 2,
+    ``G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * select(m, r)[i,u]``, and per row the sum of
+    ``G`` over valid positions and ``L_i``."""
+    returns = torch.empty_like(rewards)
+    if uses_cpu_kernels(rewards, response_mask):
+        kernels, mask, valid, store = _kernel_masks(response_mask)
+        row_sum, row_count = _row_vectors(rewards)
+        kernels.run(kernels.suffix_sums, rewards.shape, torch.get_num_threads(),
+                    _array(rewards), mask, float(gamma), store, _array(valid), returns.numpy(),
+                    row_sum.numpy(), row_count.numpy())
+        return returns, valid, row_sum, row_count
+    valid = as_bool_mask(response_mask)
+    returns.copy_(rewards).masked_fill_(~valid, 0.0)
+    if returns.shape[1] > 0:
+        returns = _suffix_sums(returns, gamma) if gamma == 1.0 else _blocked_discounted_sums(returns, gamma)
+        returns.masked_fill_(~valid, 0.0)
+    return returns, valid, _row_sums(returns), row_lengths(valid)
+
+
+def centered_sums(values: torch.Tensor, valid: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """``[sum_S c, sum_S c^2]`` (float64) with ``c = values - mean`` on the valid positions ``S``.
+
+    ``mean`` is a float64 0-dim tensor; the torch operations subtract it as a float32 pair
+    (``hi + lo``), so a float32 ``values`` is centred on the float64 mean, not on its rounding.
+    """
+    if uses_cpu_kernels(values, valid):
+        kernels = _kernels()
+        row_sum, row_squares = _row_vectors(values, torch.float64)
+        kernels.run(kernels.centered_row_sums, values.shape, torch.get_num_threads(),
+                    _array(values), _array(valid), float(mean), row_sum.numpy(), row_squares.numpy())
+        return torch.stack([total(row_sum), total(row_squares)])
+    centered = _centered(values, valid, mean, torch.empty_like(values))
+    return torch.stack([total(_row_sums(centered)), total(_row_squares(centered))])
+
+
+def write_normalized(values, valid, mean, scale, out=None):
+    """``(out, [sum out, sum out^2])``: ``out = where(m, (values - mean) * scale, 0)`` in ``values``'
+    dtype (into ``out`` when given), with the float64 sums of the stored output for the metrics."""
+    if out is None:
+        out = torch.empty_like(values)
+    if uses_cpu_kernels(values, valid, out):
+        kernels = _kernels()
+        row_sum, row_squares = _row_vectors(values, torch.float64)
+        kernels.run(kernels.normalize, values.shape, torch.get_num_threads(),
+                    _array(values), _array(valid), float(mean), float(scale), out.numpy(),
+                    row_sum.numpy(), row_squares.numpy())
+        return out, torch.stack([total(row_sum), total(row_squares)])
+    normalized = _centered(values, valid, mean, out).mul_(scale.to(values.dtype))
+    return normalized, torch.stack([total(_row_sums(normalized)), total(_row_squares(normalized))])
+
+
+def broadcast_rows(valid: torch.Tensor, rows: Sequence[torch.Tensor], dtype: torch.dtype):
+    """``[where(m, v[:, None], 0) for v in rows]`` in ``dtype``: two row-constant ``(bs,)``
+    vectors become ``(bs, T)`` tensors in one pass over the mask."""
+    outputs = [torch.empty(valid.shape, dtype=dtype, device=valid.device) for _ in rows]
+    if len(rows) == 2 and dtype in (torch.float32, torch.float64) and uses_cpu_kernels(valid, *rows):
+        kernels = _kernels()
+        row_arrays = [row.to(dtype).contiguous().numpy() for row in rows]
+        kernels.run(kernels.broadcast_rows, valid.shape, torch.get_num_threads(),
+                    _array(valid), *row_arrays, *(output.numpy() for output in outputs))
+        return outputs
+    zero = torch.zeros((), dtype=dtype, device=valid.device)
+    for row, output in zip(rows, outputs):
+        torch.where(valid, row.to(dtype)[:, None], zero, out=output)
+    return outputs
+
+
+def total(row_values: torch.Tensor) -> torch.Tensor:
+    """Sum of a ``(bs,)`` vector as a 0-dim tensor, in row order on the CPU (a sequential sum):
+    rows that hold 0, such as padding rows, never change the result, not even in the last bit."""
+    if row_values.device.type != "cpu" or row_values.numel() == 0:
+        return row_values.sum()
+    return row_values.cumsum(dim=0)[-1]
+
+
+def row_lengths(valid: torch.Tensor) -> torch.Tensor:
+    """Valid tokens per row, ``L_i = sum_t m[i,t]`` (int64), from the boolean mask."""
+    return valid.count_nonzero(dim=-1)
+
+
+def _kernels():
+    try:
+        from verl_rfpp import kernels  # numba is imported on first use, not in every verl process
+    except ImportError as error:
+        raise RfppInputError(
+            f"verl_rfpp: the CPU kernels need numba ({error}); `pip install numba`, or set "
+            f"{CPU_KERNELS_VARIABLE}=0 to use torch operations on the CPU (slower)."
+        ) from error
+    return kernels
+
+
+def _array(tensor: torch.Tensor):
+    """A numpy view of a contiguous CPU tensor (bool as uint8)."""
+    tensor = tensor.detach().contiguous()
+    return (tensor.view(torch.uint8) if tensor.dtype == torch.bool else tensor).numpy()
+
+
+def _kernel_masks(response_mask: torch.Tensor):
+    """``(kernels, mask array, valid, store_valid)``: a bool mask is ``valid`` itself; a numeric one
+    is read by the kernel, which stores ``valid`` as it goes."""
+    kernels = _kernels()
+    if response_mask.dtype not in _KERNEL_MASK_DTYPES:
+        response_mask = as_bool_mask(response_mask)
+    if response_mask.dtype == torch.bool:
+        valid = response_mask.contiguous()
+        return kernels, _array(valid), valid, False
+    valid = torch.empty(response_mask.shape, dtype=torch.bool)
+    return kernels, _array(response_mask), valid, True
+
+
+def _row_vectors(values: torch.Tensor, second_dtype: torch.dtype = torch.int64):
+    """Two ``(bs,)`` CPU vectors for a kernel's per-row results: float64 and ``second_dtype``."""
+    rows = values.shape[0]
+    return torch.empty(rows, dtype=torch.float64), torch.empty(rows, dtype=second_dtype)
+
+
+def _row_sums(values: torch.Tensor) -> torch.Tensor:
+    """Row sums in the working precision (torch's cascade summation), returned as float64."""
+    return values.sum(dim=-1).to(torch.float64)
+
+
+def _row_squares(values: torch.Tensor) -> torch.Tensor:
+    """Row sums of squares from row norms (no squared temporary), returned as float64."""
+    return torch.linalg.vector_norm(values, dim=-1).to(torch.float64).square()
+
+
+def _centered(values, valid, mean, out):
+    """``where(m, (values - hi) - lo, 0)`` into ``out``, with ``hi + lo`` the float64 ``mean``."""
+    high = mean.to(values.dtype)
+    low = (mean - high.to(torch.float64)).to(values.dtype)
+    return torch.sub(values, high, out=out).sub_(low).masked_fill_(~valid, 0.0)
+
+
+def _suffix_sums(selected: torch.Tensor, gamma: float) -> torch.Tensor:
+    """gamma = 1: an in-place cumulative sum (CPU ``cumsum`` accumulates in double) gives the
+    inclusive prefix ``P``; the suffix sum is ``P[:, -1] - P[:, t-1]``."""
+    prefix = selected.cumsum_(dim=1)
+    returns = torch.empty_like(prefix)
+    returns[:, 0] = prefix[:, -1]
+    torch.sub(prefix[:, -1:], prefix[:, :-1], out=returns[:, 1:])
+    return returns
+
+
+def _blocked_discounted_sums(selected: torch.Tensor, gamma: float) -> torch.Tensor:
+    """gamma < 1: an exact blocked recurrence, a ``(C, C)`` discount matrix within chunks of
+    ``C = 128`` positions and the carry ``gamma^(C-t) * G[:, next chunk start]`` between them."""
+    batch, length = selected.shape
+    chunk = min(_BLOCK, length)
+    chunks = -(-length // chunk)
+    padded = torch.nn.functional.pad(selected, (0, chunks * chunk - length)).view(batch, chunks, chunk)
+    offsets = torch.arange(chunk, dtype=torch.float64, device=selected.device)
+    lags = offsets[:, None] - offsets[None, :]  # lags[u, t] = u - t
+    discount = torch.where(lags >= 0, torch.pow(gamma, lags.clamp(min=0)), 0.0).to(selected.dtype)
+    local = torch.matmul(padded, discount)  # sum over u >= t within the chunk
+    carry_weight = torch.pow(gamma, chunk - offsets).to(selected.dtype)  # gamma^(C - t)
+    carry = torch.zeros(batch, dtype=selected.dtype, device=selected.device)
+    for index in range(chunks - 1, -1, -1):
+        local[:, index].add_(carry[:, None] * carry_weight)
+        carry = local[:, index, 0]
+    return local.view(batch, chunks * chunk)[:, :length].contiguous()
