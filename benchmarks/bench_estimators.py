@@ -18,6 +18,7 @@ import platform
 import statistics
 import time
 
+import numba
 import numpy as np
 import torch
 from omegaconf import OmegaConf
@@ -25,16 +26,17 @@ from omegaconf import OmegaConf
 import verl  # noqa: F401  (loads the plugin)
 from verl.trainer.ppo import core_algos
 
-from verl_rfpp import reinforce_plus_plus, reinforce_plus_plus_baseline
+from verl_rfpp import passes, reinforce_plus_plus, reinforce_plus_plus_baseline
 
 SAMPLES_PER_PROMPT = 8
 
 
 def make_inputs(batch: int, length: int, dtype: torch.dtype, seed: int = 0):
-    """Right-padded responses, lengths uniform in [length/4, length], k1-shaped outcome rewards."""
+    """Right-padded responses, lengths uniform in [length/4, length], k1-shaped outcome rewards,
+    and an int64 mask (verl's ``response_mask`` is a slice of the int64 attention mask)."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(max(1, length // 4), length + 1, (batch,), generator=g)
-    mask = (torch.arange(length)[None, :] < lengths[:, None]).float()
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
     rewards = -0.01 * 0.05 * torch.randn(batch, length, generator=g) * mask
     rewards[torch.arange(batch), lengths - 1] += torch.randint(0, 2, (batch,), generator=g).float()
     uids = np.array([f"prompt-{i // SAMPLES_PER_PROMPT}" for i in range(batch)], dtype=object)
@@ -103,8 +105,9 @@ def run(grid, dtypes, repeats):
         "reinforce_plus_plus_baseline": lambda r, m, u: core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
             token_level_rewards=r, response_mask=m, index=u),
     }
+    kernels = f"numba {numba.__version__} CPU kernels" if passes.uses_cpu_kernels(torch.empty(0)) else "torch operations"
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, verl {verl.__version__}")
+          f"{torch.get_num_threads()} threads, verl {verl.__version__}, ours: {kernels}")
     header = (f"{'B x T':>12} {'dtype':>9} {'estimator':>29} {'ours ms':>9} {'verl ms':>9} "
               f"{'verl/ours':>9} {'clone-units':>11} {'peak extra (BxT f32)':>20} {'max rel err':>11}")
     print(header)
@@ -116,8 +119,9 @@ def run(grid, dtypes, repeats):
             clone = median_time(lambda: rewards.clone(), repeats)
             for name in ours:
                 ours_time = median_time(lambda: ours[name](rewards, mask, uids), repeats)
-                verl_time = median_time(lambda: verls[name](rewards, mask, uids), max(1, repeats // 2))
+                # Before verl's run, whose many small frees would let the heap absorb our buffers.
                 extra = peak_extra_bytes(lambda: ours[name](rewards, mask, uids)) / unit
+                verl_time = median_time(lambda: verls[name](rewards, mask, uids), max(1, repeats // 2))
                 advantages = ours[name](rewards, mask, uids)[0]
                 truth = float64_truth(name, rewards, mask, uids)
                 error = (advantages.double() - truth).abs().max().item() / truth.abs().max().item()

@@ -25,7 +25,7 @@ _JIT = {"nogil": True, "cache": True, "boundscheck": False}
 # valid position must survive to the caller's finiteness check.
 _REDUCTION_JIT = {**_JIT, "fastmath": {"reassoc"}}
 
-MIN_ELEMENTS_PER_THREAD = 1 << 16
+MIN_ELEMENTS_PER_THREAD = 1 << 18
 
 
 @numba.njit(**_REDUCTION_JIT)
