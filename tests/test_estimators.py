@@ -205,6 +205,68 @@ def test_garbage_in_masked_positions_changes_nothing(seed, garbage, dtype, mask_
     assert (polluted.advantages[~mask.bool()] == 0).all() and (polluted.returns[~mask.bool()] == 0).all()
 
 
+LAYOUTS = st.sampled_from(["contiguous", "transposed", "strided"])
+
+
+def _laid_out(tensor, layout):
+    """The same values as a non-contiguous view: a transposed copy's transpose, or every other
+    column of a wider tensor."""
+    if layout == "transposed":
+        return tensor.t().contiguous().t()
+    if layout == "strided":
+        wide = torch.zeros(tensor.shape[0], 2 * tensor.shape[1], dtype=tensor.dtype)
+        wide[:, ::2] = tensor
+        return wide[:, ::2]
+    return tensor
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.integers(1, 9),
+    length=st.integers(1, 33),
+    density=st.floats(0.0, 1.0),
+    seed=st.integers(0, 10_000),
+    layout=LAYOUTS,
+    mask_dtype=st.sampled_from([torch.bool, torch.uint8, torch.int32, torch.float64, torch.bfloat16]),
+    gamma=st.sampled_from([1.0, 0.7]),
+)
+def test_any_shape_layout_and_mask_dtype_matches_reference(rows, length, density, seed, layout, mask_dtype, gamma):
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(rows, length, generator=g, dtype=torch.float64)
+    mask = (torch.rand(rows, length, generator=g) < density).to(mask_dtype)
+    rewards, mask = _laid_out(rewards, layout), _laid_out(mask, layout)
+    uids = [i % 3 for i in range(rows)]
+    if not mask.bool().any():
+        with pytest.raises(EmptyPopulationError):
+            reinforce_plus_plus(rewards, mask, {"gamma": gamma})
+        return
+    result = reinforce_plus_plus(rewards, mask, {"gamma": gamma})
+    expected_advantages, expected_returns = reference.reinforce_plus_plus(rewards, mask, gamma)
+    assert relative_error(result.returns, expected_returns) <= 1e-12
+    assert relative_error(result.advantages, expected_advantages) <= 1e-12
+    baseline = reinforce_plus_plus_baseline(rewards, mask, uids)
+    expected_advantages, expected_raw = reference.reinforce_plus_plus_baseline(rewards, mask, uids)
+    assert relative_error(baseline.returns, expected_raw) <= 1e-12
+    assert relative_error(baseline.advantages, expected_advantages) <= 1e-12
+
+
+def test_row_blocks_on_threads_give_identical_bits(passes_implementation, monkeypatch):
+    from verl_rfpp import kernels
+
+    rewards, mask, uids = make_batch(9, prompts=12, length=40)
+    single = [reinforce_plus_plus(rewards, mask), reinforce_plus_plus_baseline(rewards, mask, uids)]
+    monkeypatch.setattr(kernels, "MIN_ELEMENTS_PER_THREAD", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)  # three uneven row blocks, whatever this machine has
+    try:
+        split = [reinforce_plus_plus(rewards, mask), reinforce_plus_plus_baseline(rewards, mask, uids)]
+    finally:
+        torch.set_num_threads(threads)
+    for one, other in zip(single, split):
+        for a, b in zip([one.advantages, one.returns, *one.stats], [other.advantages, other.returns, *other.stats]):
+            assert torch.equal(a, b)
+
+
 # --- precision ----------------------------------------------------------------------------------
 
 def test_float32_moments_are_stable_near_one():
