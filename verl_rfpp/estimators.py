@@ -180,7 +180,7 @@ def reinforce_plus_plus_baseline(
     valid, scores, lengths = passes.selected_row_sums(rewards, response_mask)
     centered = group_centered_rewards(scores, lengths, index)
     normalized_rows, stats = normalize_rows(centered, lengths, process_group=process_group)
-    advantages, raw = passes.broadcast_rows(valid, [normalized_rows, centered], token_level_rewards.dtype)
+    advantages, raw = passes.broadcast_rows(valid, normalized_rows, centered, token_level_rewards.dtype)
     return EstimatorResult(advantages, raw, stats)
 
 

@@ -8,13 +8,13 @@ torch operations on the CPU too (for platforms without numba, and for the tests 
 Masks: ``response_mask`` may be bool or numeric (``m != 0`` is valid); the functions that read it
 first return ``valid`` (bool) for the passes after them. Values: floating, in their working
 precision (``compute_dtype``); masked positions may hold anything, every pass selects.
-Row results are ``(bs,)`` float64 sums and int64 counts; nothing here syncs with the host.
+Row results are ``(bs,)`` float64 sums and int64 counts. The torch operations never sync with
+the host (the kernels work on host memory, where there is nothing to sync).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 import torch
 
@@ -51,7 +51,8 @@ def uses_cpu_kernels(*tensors: torch.Tensor) -> bool:
 def selected_row_sums(values: torch.Tensor, response_mask: torch.Tensor):
     """``(valid, row_sum, row_count)``: ``sum_t select(m, values)`` and ``L_i`` per row."""
     if uses_cpu_kernels(values, response_mask):
-        kernels, mask, valid, store = _kernel_masks(response_mask)
+        kernels = _kernels()
+        mask, valid, store = _kernel_masks(response_mask)
         row_sum, row_count = _row_vectors(values)
         kernels.run(kernels.selected_row_sums, values.shape, torch.get_num_threads(),
                     _array(values), mask, store, _array(valid), row_sum.numpy(), row_count.numpy())
@@ -67,7 +68,8 @@ def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor, gamma
     ``G`` over valid positions and ``L_i``."""
     returns = torch.empty_like(rewards)
     if uses_cpu_kernels(rewards, response_mask):
-        kernels, mask, valid, store = _kernel_masks(response_mask)
+        kernels = _kernels()
+        mask, valid, store = _kernel_masks(response_mask)
         row_sum, row_count = _row_vectors(rewards)
         kernels.run(kernels.suffix_sums, rewards.shape, torch.get_num_threads(),
                     _array(rewards), mask, float(gamma), store, _array(valid), returns.numpy(),
@@ -97,12 +99,11 @@ def centered_sums(values: torch.Tensor, valid: torch.Tensor, mean: torch.Tensor)
     return torch.stack([total(_row_sums(centered)), total(_row_squares(centered))])
 
 
-def write_normalized(values, valid, mean, scale, out=None):
+def write_normalized(values: torch.Tensor, valid: torch.Tensor, mean: torch.Tensor, scale: torch.Tensor):
     """``(out, [sum out, sum out^2])``: ``out = where(m, (values - mean) * scale, 0)`` in ``values``'
-    dtype (into ``out`` when given), with the float64 sums of the stored output for the metrics."""
-    if out is None:
-        out = torch.empty_like(values)
-    if uses_cpu_kernels(values, valid, out):
+    dtype, with the float64 sums of the stored output for the metrics (0-dim ``mean``, ``scale``)."""
+    out = torch.empty_like(values)
+    if uses_cpu_kernels(values, valid):
         kernels = _kernels()
         row_sum, row_squares = _row_vectors(values, torch.float64)
         kernels.run(kernels.normalize, values.shape, torch.get_num_threads(),
@@ -113,20 +114,20 @@ def write_normalized(values, valid, mean, scale, out=None):
     return normalized, torch.stack([total(_row_sums(normalized)), total(_row_squares(normalized))])
 
 
-def broadcast_rows(valid: torch.Tensor, rows: Sequence[torch.Tensor], dtype: torch.dtype):
-    """``[where(m, v[:, None], 0) for v in rows]`` in ``dtype``: two row-constant ``(bs,)``
-    vectors become ``(bs, T)`` tensors in one pass over the mask."""
-    outputs = [torch.empty(valid.shape, dtype=dtype, device=valid.device) for _ in rows]
-    if len(rows) == 2 and dtype in (torch.float32, torch.float64) and uses_cpu_kernels(valid, *rows):
+def broadcast_rows(valid: torch.Tensor, first: torch.Tensor, second: torch.Tensor, dtype: torch.dtype):
+    """``where(m, v[:, None], 0)`` for the two ``(bs,)`` row constants ``first`` and ``second``,
+    as ``(bs, T)`` tensors in ``dtype``, from one pass over the mask."""
+    first_out = torch.empty(valid.shape, dtype=dtype, device=valid.device)
+    second_out = torch.empty_like(first_out)
+    if dtype in (torch.float32, torch.float64) and uses_cpu_kernels(valid, first, second):
         kernels = _kernels()
-        row_arrays = [row.to(dtype).contiguous().numpy() for row in rows]
-        kernels.run(kernels.broadcast_rows, valid.shape, torch.get_num_threads(),
-                    _array(valid), *row_arrays, *(output.numpy() for output in outputs))
-        return outputs
+        kernels.run(kernels.broadcast_rows, valid.shape, torch.get_num_threads(), _array(valid),
+                    _array(first.to(dtype)), _array(second.to(dtype)), first_out.numpy(), second_out.numpy())
+        return first_out, second_out
     zero = torch.zeros((), dtype=dtype, device=valid.device)
-    for row, output in zip(rows, outputs):
-        torch.where(valid, row.to(dtype)[:, None], zero, out=output)
-    return outputs
+    torch.where(valid, first.to(dtype)[:, None], zero, out=first_out)
+    torch.where(valid, second.to(dtype)[:, None], zero, out=second_out)
+    return first_out, second_out
 
 
 def total(row_values: torch.Tensor) -> torch.Tensor:
@@ -160,16 +161,15 @@ def _array(tensor: torch.Tensor):
 
 
 def _kernel_masks(response_mask: torch.Tensor):
-    """``(kernels, mask array, valid, store_valid)``: a bool mask is ``valid`` itself; a numeric one
-    is read by the kernel, which stores ``valid`` as it goes."""
-    kernels = _kernels()
+    """``(mask array, valid, store_valid)``: a bool mask is ``valid`` itself; a numeric one is read
+    by the kernel, which stores ``valid`` as it goes."""
     if response_mask.dtype not in _KERNEL_MASK_DTYPES:
         response_mask = as_bool_mask(response_mask)
     if response_mask.dtype == torch.bool:
         valid = response_mask.contiguous()
-        return kernels, _array(valid), valid, False
+        return _array(valid), valid, False
     valid = torch.empty(response_mask.shape, dtype=torch.bool)
-    return kernels, _array(response_mask), valid, True
+    return _array(response_mask), valid, True
 
 
 def _row_vectors(values: torch.Tensor, second_dtype: torch.dtype = torch.int64):
