@@ -111,6 +111,13 @@ def test_doctor_passes_when_installed():
     result = subprocess.run(["verl-rfpp", "doctor"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verl-rfpp is active." in result.stdout
+    assert "ok    CPU kernels (numba" in result.stdout
+
+
+def test_doctor_fails_on_a_bad_cpu_kernels_switch(monkeypatch, capsys):
+    monkeypatch.setenv("VERL_RFPP_CPU_KERNELS", "fast")
+    assert cli.main(["doctor"]) == 1
+    assert "FAIL  CPU kernels: verl_rfpp: VERL_RFPP_CPU_KERNELS='fast'; use 1" in capsys.readouterr().out
 
 
 def test_doctor_fails_naming_the_cause_when_replaced(fresh_process_state, capsys):

@@ -28,6 +28,7 @@ def _doctor(args: argparse.Namespace) -> int:
     }
     if loaded:
         checks.update(plugin.hooks_status())
+    checks.update([_cpu_kernels_check()])
     width = max(len(name) for name in checks)
     for name, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'}  {name.ljust(width)}")
@@ -41,6 +42,22 @@ def _doctor(args: argparse.Namespace) -> int:
     healthy = all(checks.values())
     print("\nverl-rfpp is active." if healthy else "\nverl-rfpp is NOT fully active.")
     return 0 if healthy else 1
+
+
+def _cpu_kernels_check() -> tuple[str, bool]:
+    """Compile and run the CPU kernels on a tiny batch, as verl's driver will on its first step."""
+    from verl_rfpp import passes, reinforce_plus_plus
+
+    try:
+        if not passes.uses_cpu_kernels():
+            return f"CPU kernels switched off ({passes.CPU_KERNELS_VARIABLE}=0): torch operations", True
+        import numba
+        import torch
+
+        returns = reinforce_plus_plus(torch.tensor([[1.0, 2.0, 5.0]]), torch.tensor([[1, 1, 0]])).returns
+        return f"CPU kernels (numba {numba.__version__}) compile and run", returns.tolist() == [[3.0, 2.0, 0.0]]
+    except Exception as error:  # report any failure as a FAIL line, not a traceback
+        return f"CPU kernels: {error}", False
 
 
 def compose_verl_config(overrides: Sequence[str]):
