@@ -212,6 +212,7 @@ def masked_global_normalize(
     raw = values.to(passes.compute_dtype(values.dtype))
     valid, row_sum, row_count = passes.selected_row_sums(raw, response_mask)
     normalized, stats = normalize_with_sums(
-        raw, valid, passes.total(row_count), passes.total(row_sum), process_group=process_group, variance_floor=variance_floor
+        raw, valid, passes.total(row_count), passes.total(row_sum),
+        process_group=process_group, variance_floor=variance_floor,
     )
     return normalized.to(values.dtype), stats
