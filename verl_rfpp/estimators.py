@@ -145,9 +145,7 @@ def reinforce_plus_plus(
     rewards = token_level_rewards.to(passes.compute_dtype(token_level_rewards.dtype))
     returns, valid, row_sum, row_count = passes.discounted_returns(rewards, response_mask, gamma)
     del rewards  # a bf16/fp16 input's float32 copy is dead: free it before the output is allocated
-    advantages, stats = normalize_with_sums(
-        returns, valid, passes.total(row_count), passes.total(row_sum), process_group=process_group
-    )
+    advantages, stats = normalize_with_sums(returns, valid, row_count, row_sum, process_group=process_group)
     dtype = token_level_rewards.dtype
     return EstimatorResult(advantages.to(dtype), returns.to(dtype), stats)
 

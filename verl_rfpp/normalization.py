@@ -71,15 +71,15 @@ def _check_inputs(values: torch.Tensor, response_mask: torch.Tensor) -> None:
 def normalize_with_sums(
     raw: torch.Tensor,
     valid: torch.Tensor,
-    count: torch.Tensor,
-    total: torch.Tensor,
+    row_count: torch.Tensor,
+    row_sum: torch.Tensor,
     *,
     process_group: Optional[dist.ProcessGroup] = None,
     variance_floor: float = VARIANCE_FLOOR,
 ) -> tuple[torch.Tensor, NormalizationStats]:
-    """Normalize ``raw`` over ``valid`` given this rank's ``N`` and ``sum_S A`` (SPEC.md section 4).
+    """Normalize ``raw`` over ``valid`` given this rank's per-row ``L_i`` and ``sum_t A`` (SPEC.md 4).
 
-    The estimators get ``count`` and ``total`` from the pass that built ``raw``, so the first
+    ``row_count`` and ``row_sum`` come from the pass that built or read ``raw``, so the first
     moment costs no pass of its own. ``raw`` is in its working precision (``compute_dtype``);
     masked positions may hold anything. Then, one all-reduce each when ``process_group`` is given
     (every rank enters all three, whatever it holds):
@@ -90,7 +90,7 @@ def normalize_with_sums(
          ``variance_floor``;
       3. one pass: the output and its sums for the metrics.
     """
-    first = torch.stack([count.to(torch.float64), total.to(torch.float64)])
+    first = torch.stack([passes.total(row_count).to(torch.float64), passes.total(row_sum).to(torch.float64)])
     count, total = _all_reduce(first, process_group).unbind()
     mean = total / _checked_count(count)
     centered_total, centered_squares = _all_reduce(passes.centered_sums(raw, valid, mean), process_group).unbind()
@@ -212,7 +212,6 @@ def masked_global_normalize(
     raw = values.to(passes.compute_dtype(values.dtype))
     valid, row_sum, row_count = passes.selected_row_sums(raw, response_mask)
     normalized, stats = normalize_with_sums(
-        raw, valid, passes.total(row_count), passes.total(row_sum),
-        process_group=process_group, variance_floor=variance_floor,
+        raw, valid, row_count, row_sum, process_group=process_group, variance_floor=variance_floor
     )
     return normalized.to(values.dtype), stats

@@ -51,11 +51,10 @@ def uses_cpu_kernels(*tensors: torch.Tensor) -> bool:
 def selected_row_sums(values: torch.Tensor, response_mask: torch.Tensor):
     """``(valid, row_sum, row_count)``: ``sum_t select(m, values)`` and ``L_i`` per row."""
     if uses_cpu_kernels(values, response_mask):
-        kernels = _kernels()
         mask, valid, store = _kernel_masks(response_mask)
         row_sum, row_count = _row_vectors(values)
-        kernels.run(kernels.selected_row_sums, values.shape, torch.get_num_threads(),
-                    _array(values), mask, store, _array(valid), row_sum.numpy(), row_count.numpy())
+        _run_kernel("selected_row_sums", values.shape, _array(values), mask, store, _array(valid),
+                    row_sum.numpy(), row_count.numpy())
         return valid, row_sum, row_count
     valid = as_bool_mask(response_mask)
     selected = values.masked_fill(~valid, 0.0)
@@ -68,12 +67,10 @@ def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor, gamma
     ``G`` over valid positions and ``L_i``."""
     returns = torch.empty_like(rewards)
     if uses_cpu_kernels(rewards, response_mask):
-        kernels = _kernels()
         mask, valid, store = _kernel_masks(response_mask)
         row_sum, row_count = _row_vectors(rewards)
-        kernels.run(kernels.suffix_sums, rewards.shape, torch.get_num_threads(),
-                    _array(rewards), mask, float(gamma), store, _array(valid), returns.numpy(),
-                    row_sum.numpy(), row_count.numpy())
+        _run_kernel("suffix_sums", rewards.shape, _array(rewards), mask, float(gamma), store, _array(valid),
+                    returns.numpy(), row_sum.numpy(), row_count.numpy())
         return returns, valid, row_sum, row_count
     valid = as_bool_mask(response_mask)
     returns.copy_(rewards).masked_fill_(~valid, 0.0)
@@ -90,13 +87,12 @@ def centered_sums(values: torch.Tensor, valid: torch.Tensor, mean: torch.Tensor)
     (``hi + lo``), so a float32 ``values`` is centred on the float64 mean, not on its rounding.
     """
     if uses_cpu_kernels(values, valid):
-        kernels = _kernels()
         row_sum, row_squares = _row_vectors(values, torch.float64)
-        kernels.run(kernels.centered_row_sums, values.shape, torch.get_num_threads(),
-                    _array(values), _array(valid), float(mean), row_sum.numpy(), row_squares.numpy())
-        return torch.stack([total(row_sum), total(row_squares)])
+        _run_kernel("centered_row_sums", values.shape, _array(values), _array(valid), float(mean),
+                    row_sum.numpy(), row_squares.numpy())
+        return _totals(row_sum, row_squares)
     centered = _centered(values, valid, mean, torch.empty_like(values))
-    return torch.stack([total(_row_sums(centered)), total(_row_squares(centered))])
+    return _totals(_row_sums(centered), _row_squares(centered))
 
 
 def write_normalized(values: torch.Tensor, valid: torch.Tensor, mean: torch.Tensor, scale: torch.Tensor):
@@ -104,14 +100,12 @@ def write_normalized(values: torch.Tensor, valid: torch.Tensor, mean: torch.Tens
     dtype, with the float64 sums of the stored output for the metrics (0-dim ``mean``, ``scale``)."""
     out = torch.empty_like(values)
     if uses_cpu_kernels(values, valid):
-        kernels = _kernels()
         row_sum, row_squares = _row_vectors(values, torch.float64)
-        kernels.run(kernels.normalize, values.shape, torch.get_num_threads(),
-                    _array(values), _array(valid), float(mean), float(scale), out.numpy(),
-                    row_sum.numpy(), row_squares.numpy())
-        return out, torch.stack([total(row_sum), total(row_squares)])
+        _run_kernel("normalize", values.shape, _array(values), _array(valid), float(mean), float(scale),
+                    out.numpy(), row_sum.numpy(), row_squares.numpy())
+        return out, _totals(row_sum, row_squares)
     normalized = _centered(values, valid, mean, out).mul_(scale.to(values.dtype))
-    return normalized, torch.stack([total(_row_sums(normalized)), total(_row_squares(normalized))])
+    return normalized, _totals(_row_sums(normalized), _row_squares(normalized))
 
 
 def broadcast_rows(valid: torch.Tensor, first: torch.Tensor, second: torch.Tensor, dtype: torch.dtype):
@@ -120,9 +114,8 @@ def broadcast_rows(valid: torch.Tensor, first: torch.Tensor, second: torch.Tenso
     first_out = torch.empty(valid.shape, dtype=dtype, device=valid.device)
     second_out = torch.empty_like(first_out)
     if dtype in (torch.float32, torch.float64) and uses_cpu_kernels(valid, first, second):
-        kernels = _kernels()
-        kernels.run(kernels.broadcast_rows, valid.shape, torch.get_num_threads(), _array(valid),
-                    _array(first.to(dtype)), _array(second.to(dtype)), first_out.numpy(), second_out.numpy())
+        _run_kernel("broadcast_rows", valid.shape, _array(valid), _array(first.to(dtype)), _array(second.to(dtype)),
+                    first_out.numpy(), second_out.numpy())
         return first_out, second_out
     zero = torch.zeros((), dtype=dtype, device=valid.device)
     torch.where(valid, first.to(dtype)[:, None], zero, out=first_out)
@@ -143,7 +136,8 @@ def row_lengths(valid: torch.Tensor) -> torch.Tensor:
     return valid.count_nonzero(dim=-1)
 
 
-def _kernels():
+def _run_kernel(name: str, shape: torch.Size, *arrays) -> None:
+    """Run ``verl_rfpp.kernels.<name>`` over the rows of ``shape`` on torch's thread count."""
     try:
         from verl_rfpp import kernels  # numba is imported on first use, not in every verl process
     except ImportError as error:
@@ -151,7 +145,12 @@ def _kernels():
             f"verl_rfpp: the CPU kernels need numba ({error}); `pip install numba`, or set "
             f"{CPU_KERNELS_VARIABLE}=0 to use torch operations on the CPU (slower)."
         ) from error
-    return kernels
+    kernels.run(getattr(kernels, name), shape, torch.get_num_threads(), *arrays)
+
+
+def _totals(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """``[total(first), total(second)]``: two per-row vectors reduced to a float64 pair."""
+    return torch.stack([total(first), total(second)])
 
 
 def _array(tensor: torch.Tensor):
