@@ -1,4 +1,4 @@
-"""Random step batches with the shapes verl produces (SPEC.md section 1, VERL-0.9.1.md)."""
+"""Random step batches with the shapes verl produces (docs/contract.md section 1; verl 0.9.1 conventions)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Independent float64 reference, written from ../shared/SPEC.md with plain loops.
+"""Independent float64 reference, written from docs/contract.md with plain loops.
 
 Calls no production function. Inputs are nested lists or tensors; outputs are float64 tensors.
 """
@@ -21,7 +21,7 @@ def _mask_rows(mask):
 
 
 def returns(rewards, mask, gamma):
-    """SPEC 2: G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * select(m, r)[i,u]."""
+    """docs/contract.md section 2: G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * select(m, r)[i,u]."""
     r, m = _rows(rewards), _mask_rows(mask)
     out = []
     for row_r, row_m in zip(r, m):
@@ -38,7 +38,7 @@ def returns(rewards, mask, gamma):
 
 
 def centered_rewards(rewards, mask, uids):
-    """SPEC 3: C_i = R_i - mean of R over the group (inclusive); groups of one -> 0.
+    """docs/contract.md section 3: C_i = R_i - mean of R over the group (inclusive); groups of one -> 0.
 
     Rows without any valid token are padding rows, not responses: no group member, C = 0.
     """
@@ -76,7 +76,7 @@ def moments(values, mask):
 
 
 def normalize(values, mask):
-    """SPEC 4: m * (A - mu) / sqrt(max(var, 1e-8))."""
+    """docs/contract.md section 4: m * (A - mu) / sqrt(max(var, 1e-8))."""
     a, m = _rows(values), _mask_rows(mask)
     mu, var, _ = moments(values, mask)
     scale = math.sqrt(max(var, VARIANCE_FLOOR))
@@ -95,12 +95,13 @@ def reinforce_plus_plus_baseline(rewards, mask, uids):
 
 
 def k2(logp, ref_logp):
-    """SPEC 3: D_k2 = 0.5 * (logp - ref)^2, elementwise."""
+    """docs/contract.md section 3: D_k2 = 0.5 * (logp - ref)^2, elementwise."""
     return 0.5 * (logp - ref_logp) ** 2
 
 
 def response_mean(loss, mask):
-    """SPEC 5: mean over valid tokens of each response, then over responses with a valid token."""
+    """docs/contract.md section 5: mean over the valid tokens of each response, then over the
+    responses with a valid token."""
     per_response = []
     for row_l, row_m in zip(loss, mask):
         values = [row_l[t] for t in range(len(row_m)) if row_m[t]]

@@ -77,7 +77,7 @@ def test_quick_run_writes_the_schema(tmp_path):
     for key in ("k2_vs_reverse_cos", "k2_vs_reverse_norm_ratio", "k3_vs_forward_cos", "k3_vs_reverse_cos",
                 "k3_vs_reverse_norm_ratio", "k1_grad_norm"):
         assert isinstance(kl[key], list) and len(kl[key]) == len(kl["distance"])
-    assert all(abs(c - 1.0) < 1e-12 for c in kl["k2_vs_reverse_cos"])  # exact identity, SPEC 3
+    assert all(abs(c - 1.0) < 1e-12 for c in kl["k2_vs_reverse_cos"])  # exact identity (contract 3.5)
     assert all(abs(n) < 1e-12 for n in kl["k1_grad_norm"])  # E[grad log pi] = 0
     assert kl["k2_sample_var"] > 0 and kl["k3_sample_var"] > 0
     assert set(results["bias"]) >= {"per_group", "global"}

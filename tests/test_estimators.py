@@ -1,4 +1,4 @@
-"""Both estimators against the independent float64 reference (SPEC.md sections 1-4, 9)."""
+"""Both estimators against the independent float64 reference (docs/contract.md sections 1-4, 9)."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_any_hashable_uids_form_groups(uids):
     assert result.returns[:, 0].tolist() == [-1.0, 1.0, -5.0, 5.0]
 
 
-# --- SPEC 4 edge cases, each with its exact value ---------------------------------------------
+# --- docs/contract.md section 4 edge cases, each with its exact value -----------------------------
 
 def test_zero_variance_gives_exact_zeros():
     rewards = torch.full((3, 4), 0.1)
@@ -168,7 +168,7 @@ def test_empty_population_raises():
         reinforce_plus_plus_baseline(torch.ones(0, 3), torch.zeros(0, 3), [])
 
 
-# --- masked garbage never leaks (SPEC 1) --------------------------------------------------------
+# --- masked garbage never leaks (docs/contract.md section 1) --------------------------------------
 
 GARBAGE = st.sampled_from([math.nan, math.inf, -math.inf, 1e30, -1e30])
 
@@ -295,7 +295,7 @@ def test_bfloat16_is_computed_in_float32():
     assert relative_error(result.advantages, expected) <= 1e-2  # bf16 output rounding only
 
 
-# --- call interface (SPEC 9) --------------------------------------------------------------------
+# --- call interface (docs/contract.md section 9) --------------------------------------------------
 
 @pytest.mark.parametrize(
     "config",

@@ -1,4 +1,4 @@
-"""Losses (SPEC.md sections 3, 5): our policy loss through verl's real ppo_loss, and k2."""
+"""Losses (docs/contract.md sections 3, 5): our policy loss through verl's real ppo_loss, and k2."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def _batch(seed=0, rows=6, length=10, prompt=3):
 
 
 def _reference_loss(b, log_prob):
-    """float64, token by token from SPEC 5 and SPEC 3: response_mean(clip) + 0.01 * response_mean(k2)."""
+    """float64, token by token (docs/contract.md sections 5 and 3):
+    response_mean(clip) + 0.01 * response_mean(k2)."""
     rows, length = b["mask"].shape
     policy, k2 = [], []
     for i in range(rows):

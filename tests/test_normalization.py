@@ -1,4 +1,4 @@
-"""Global masked normalization (SPEC.md section 4): reference, edge cases, real gloo groups."""
+"""Global masked normalization (docs/contract.md section 4): reference, edge cases, real gloo groups."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where the contract runs (SPEC.md sections 6-8): first-call guard, activation guard, metrics,
+"""Where the contract runs (docs/contract.md sections 6-8): first-call guard, activation guard, metrics,
 doctor, and a clean undo of every patch."""
 
 from __future__ import annotations

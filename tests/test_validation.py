@@ -1,4 +1,4 @@
-"""The config contract (SPEC.md section 6) over configs composed from verl's real ppo_trainer."""
+"""The config contract (docs/contract.md section 6) over configs composed from verl's real ppo_trainer."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_contract_table(overrides, expected):
     message = str(raised.value)
     for violation in found:
         assert violation.key in message and f"Fix: {violation.fix}" in message
-        assert "SPEC.md section" in violation.why
+        assert "docs/contract.md section" in violation.why
     # every printed fix repairs its violation
     repaired = compose_verl_config(overrides + [v.fix for v in found if "=" in v.fix])
     assert {v.key for v in validation.violations(repaired)} <= {"async_training"}

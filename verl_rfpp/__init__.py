@@ -1,4 +1,4 @@
-"""verl-rfpp: REINFORCE++ and REINFORCE++-baseline for verl, exactly as ../shared/SPEC.md says.
+"""verl-rfpp: REINFORCE++ and REINFORCE++-baseline for verl, exactly as docs/contract.md says.
 
 Importing this package has no side effect on verl. verl loads ``verl_rfpp.plugin`` through the
 ``verl.plugins`` entry point, and that module registers the estimators.

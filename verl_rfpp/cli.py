@@ -85,7 +85,7 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     for note in validation.warnings_for(config):
         print(f"warning: {note}")
-    print(f"OK: this config runs {estimator} as SPEC.md defines it.")
+    print(f"OK: this config runs {estimator} as docs/contract.md defines it.")
     return 0
 
 

@@ -11,8 +11,8 @@ class RfppError(Exception):
 
 
 class RfppInputError(RfppError, ValueError):
-    """An estimator or normalization input violates SPEC.md section 1 (shapes, dtypes, uids)."""
+    """An estimator or normalization input violates docs/contract.md section 1 (shapes, dtypes, uids)."""
 
 
 class EmptyPopulationError(RfppError, ValueError):
-    """The global population of valid tokens is empty (SPEC.md section 4, N = 0)."""
+    """The global population of valid tokens is empty (docs/contract.md section 4, N = 0)."""

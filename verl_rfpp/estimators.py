@@ -1,4 +1,4 @@
-"""REINFORCE++ and REINFORCE++-baseline advantages (SPEC.md sections 2, 3, 9).
+"""REINFORCE++ and REINFORCE++-baseline advantages (docs/contract.md sections 2, 3, 9).
 
 Both estimators take verl's keyword arguments and return ``(advantages, returns)``: the globally
 normalized advantage ``A_hat`` and the raw advantage (``G`` or ``m * C``). This module imports
@@ -29,7 +29,7 @@ class EstimatorResult(NamedTuple):
 
 
 def gamma_of(config: Any) -> float:
-    """The discount ``gamma`` of an algorithm config (SPEC.md section 9).
+    """The discount ``gamma`` of an algorithm config (docs/contract.md section 9).
 
     ``None`` means 1.0. Accepts an OmegaConf node or verl's ``AlgoConfig`` (both mappings), any
     other mapping, or any object with a ``gamma`` attribute; a config without ``gamma`` means 1.0.
@@ -44,7 +44,7 @@ def gamma_of(config: Any) -> float:
     if not 0.0 <= gamma <= 1.0:
         raise RfppInputError(
             f"verl_rfpp: algorithm.gamma = {gamma} is outside [0, 1]; the recipe uses "
-            "algorithm.gamma=1.0 (SPEC.md section 2)."
+            "algorithm.gamma=1.0 (docs/contract.md section 2)."
         )
     return gamma
 
@@ -69,7 +69,8 @@ def _check_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
 def discounted_returns(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
 ) -> torch.Tensor:
-    """KL-to-go returns ``G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * r[i,u]`` (SPEC.md 2).
+    """KL-to-go returns ``G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * r[i,u]``
+    (docs/contract.md section 2).
 
     The sum runs over the selected rewards (masked positions hold anything and count as 0),
     straight through interior mask holes, discounting by position. In the rewards' dtype.
@@ -85,7 +86,7 @@ def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int]:
     if index is None:
         raise RfppInputError(
             "verl_rfpp: reinforce_plus_plus_baseline needs `index` (verl's `uid` per response) to "
-            "form prompt groups (SPEC.md section 3); pass index=data.non_tensor_batch['uid']."
+            "form prompt groups (docs/contract.md section 3); pass index=data.non_tensor_batch['uid']."
         )
     if isinstance(index, torch.Tensor):
         uids = index.cpu().numpy()
@@ -102,7 +103,7 @@ def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int]:
 
 
 def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: Any) -> torch.Tensor:
-    """``C_i = R_i - b_g`` with the inclusive group mean ``b_g`` (SPEC.md section 3), float64.
+    """``C_i = R_i - b_g`` with the inclusive group mean ``b_g`` (docs/contract.md section 3), float64.
 
     ``scores`` holds ``R_i`` (the sum of the selected rewards of row ``i``), ``lengths`` each
     row's valid-token count. Rows without any valid token are padding, not responses: they are in
@@ -128,7 +129,7 @@ def reinforce_plus_plus(
     *,
     process_group: Optional[dist.ProcessGroup] = None,
 ) -> EstimatorResult:
-    """REINFORCE++ (SPEC.md section 2): normalized KL-to-go returns.
+    """REINFORCE++ (docs/contract.md section 2): normalized KL-to-go returns.
 
     Args:
         token_level_rewards: ``(bs, response_length)``, ``R`` on the final valid token minus
@@ -157,7 +158,7 @@ def reinforce_plus_plus_baseline(
     *,
     process_group: Optional[dist.ProcessGroup] = None,
 ) -> EstimatorResult:
-    """REINFORCE++-baseline (SPEC.md section 3): normalized group-centred outcome rewards.
+    """REINFORCE++-baseline (docs/contract.md section 3): normalized group-centred outcome rewards.
 
     ``R_i = sum_t select(m, r)``, ``C_i = R_i - mean_{j in g(i)} R_j``, ``A_raw = m * C_i``,
     then the global normalization of section 4, whose moments come from the per-row ``C_i``
@@ -188,7 +189,7 @@ def compute_reinforce_plus_plus_advantage(
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl signature of REINFORCE++ (SPEC.md sections 2, 9); extra keywords are ignored.
+    """verl signature of REINFORCE++ (docs/contract.md sections 2, 9); extra keywords are ignored.
 
     Returns ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``G``.
     """
@@ -203,7 +204,7 @@ def compute_reinforce_plus_plus_baseline_advantage(
     index: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl signature of REINFORCE++-baseline (SPEC.md sections 3, 9); extra keywords ignored.
+    """verl signature of REINFORCE++-baseline (docs/contract.md sections 3, 9); extra keywords ignored.
 
     Returns ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``m * C``.
     """

@@ -1,14 +1,14 @@
 """CPU kernels for the passes over ``(bs, T)`` arrays: numba, compiled on first use, cached on disk.
 
 verl computes advantages in its driver process, on the CPU. There, every eager torch operation is
-one more trip through memory; these kernels fuse each pass of SPEC.md sections 2-4 into a single
+one more trip through memory; these kernels fuse each pass of docs/contract.md sections 2-4 into a single
 read of its inputs (and a single write of its outputs), so the two estimators cost about what
 reading the rewards and writing the two outputs cost (README, "Performance").
 
 Every kernel handles the rows ``[lo, hi)`` of numpy arrays (``run`` splits the rows over threads;
 the kernels release the GIL). Selection is a branch-free ``x if keep else 0.0``: a masked position
-is never read into arithmetic, so NaN/Inf stored there cannot leak (SPEC.md section 1). Sums
-accumulate in float64 (SPEC.md section 4); a value is rounded to the output dtype once, when it is
+is never read into arithmetic, so NaN/Inf stored there cannot leak (docs/contract.md section 1). Sums
+accumulate in float64 (docs/contract.md section 4); a value is rounded to the output dtype once, when it is
 stored. Per-row results go to ``(bs,)`` float64 / int64 arrays; the caller adds the rows up.
 """
 
@@ -48,7 +48,7 @@ def selected_row_sums(values, mask, store_valid, valid, row_sum, row_count, lo, 
 
 @numba.njit(**_JIT)
 def suffix_sums(rewards, mask, gamma, store_valid, valid, returns, row_sum, row_count, lo, hi):
-    """``returns[i,t] = m * sum_{u>=t} gamma^(u-t) * select(m, r)[i,u]`` (SPEC.md section 2).
+    """``returns[i,t] = m * sum_{u>=t} gamma^(u-t) * select(m, r)[i,u]`` (docs/contract.md section 2).
 
     One backward sweep per row, ``acc = select(m, r)[t] + gamma * acc`` in float64: it runs
     through interior holes (zero reward, the discount still applies) and never resets. Also
@@ -102,7 +102,7 @@ def centered_row_sums(values, valid, mean, row_sum, row_squares, lo, hi):
 @numba.njit(**_REDUCTION_JIT)
 def normalize(values, valid, mean, scale, out, row_sum, row_squares, lo, hi):
     """``out = where(m, (values - mean) * scale, 0)``; the sums of the stored ``out`` and of its
-    squares per row (the output metrics of SPEC.md section 7)."""
+    squares per row (the output metrics of docs/contract.md section 7)."""
     length = values.shape[1]
     for i in range(lo, hi):
         total = 0.0
@@ -119,7 +119,7 @@ def normalize(values, valid, mean, scale, out, row_sum, row_squares, lo, hi):
 @numba.njit(**_JIT)
 def broadcast_rows(valid, first_rows, second_rows, first_out, second_out, lo, hi):
     """``first_out[i,t] = where(m, first_rows[i], 0)`` and the same for ``second``: the two
-    row-constant outputs of the baseline (SPEC.md section 3) in one pass over the mask."""
+    row-constant outputs of the baseline (docs/contract.md section 3) in one pass over the mask."""
     length = valid.shape[1]
     for i in range(lo, hi):
         first = first_rows[i]

@@ -1,4 +1,4 @@
-"""k2 KL loss, mask-safe response mean and the clipped surrogate (SPEC.md sections 3 and 5).
+"""k2 KL loss, mask-safe response mean and the clipped surrogate (docs/contract.md sections 3 and 5).
 
 Plain tensors only; selection is boolean, so NaN or Inf at masked positions never reach a loss or
 its gradient.
@@ -15,7 +15,7 @@ LOG_RATIO_BOUND = 20.0
 
 
 def k2_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
-    """``D_k2 = 0.5 * (logp_theta - logp_ref)^2`` per token (SPEC.md section 3).
+    """``D_k2 = 0.5 * (logp_theta - logp_ref)^2`` per token (docs/contract.md section 3).
 
     Its gradient with respect to ``logp_theta`` is ``logp_theta - logp_ref``, whose expectation
     under the policy is the gradient of the reverse KL(pi_theta || pi_ref).
@@ -30,7 +30,7 @@ def response_mean(
     global_batch_size: Optional[float] = None,
     dp_size: int = 1,
 ) -> torch.Tensor:
-    """Mean over valid tokens within each response, then over responses (SPEC.md section 5).
+    """Mean over valid tokens within each response, then over responses (docs/contract.md section 5).
 
     ``sum_i [L_i > 0] * (sum_t select(m, l)[i,t] / L_i) / n``, where ``n`` counts the responses
     with a valid token; with verl's global batch info (``global_batch_size`` responses over
@@ -52,7 +52,8 @@ def clipped_surrogate(
     clip_low: float,
     clip_high: float,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Token loss ``l = max(-rho * A, -clip(rho, 1 - eps_low, 1 + eps_high) * A)`` (SPEC.md 5).
+    """Token loss ``l = max(-rho * A, -clip(rho, 1 - eps_low, 1 + eps_high) * A)``
+    (docs/contract.md section 5).
 
     ``rho = exp(logp_theta - logp_old)`` (log ratio bounded at +-20 for float32 safety). Masked
     positions are selected out first and hold 0. Returns the ``(bs, response_length)`` loss matrix

@@ -1,4 +1,4 @@
-"""Per-step statistics of the estimator (SPEC.md section 7), waiting for verl's logger.
+"""Per-step statistics of the estimator (docs/contract.md section 7), waiting for verl's logger.
 
 An estimator returns only ``(advantages, returns)``; its moments wait here until the next
 ``Tracking.log`` in the same process merges them under the ``rfpp/`` prefix. Names avoid the

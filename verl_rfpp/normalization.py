@@ -1,4 +1,4 @@
-"""Global masked normalization with population moments (SPEC.md section 4).
+"""Global masked normalization with population moments (docs/contract.md section 4).
 
     S     = {(rank, i, t) : m = 1},   N = |S|
     mu    = (1/N) * sum_S A
@@ -23,18 +23,18 @@ VARIANCE_FLOOR = 1e-8
 
 _EMPTY_MESSAGE = (
     "verl_rfpp: the normalization population is empty (no position with response_mask = 1 on any "
-    "rank). SPEC.md section 4 defines no mean or variance for N = 0. Check that the step batch "
+    "rank). docs/contract.md section 4 defines no mean or variance for N = 0. Check that the step batch "
     "holds at least one valid response token."
 )
 _NONFINITE_MESSAGE = (
     "verl_rfpp: a valid position (response_mask = 1) holds NaN or Inf, or values so large that "
-    "their squares overflow. Only masked positions may hold garbage (SPEC.md section 1); fix the "
+    "their squares overflow. Only masked positions may hold garbage (docs/contract.md section 1); fix the "
     "reward or the mask upstream."
 )
 
 
 class NormalizationStats(NamedTuple):
-    """Moments of one normalization call (SPEC.md section 7); 0-dim tensors, no host sync.
+    """Moments of one normalization call (docs/contract.md section 7); 0-dim tensors, no host sync.
 
     raw_mean, raw_std: mean and population std of the raw values over valid tokens (float64).
     normalized_mean, normalized_std: the same, measured on the normalized output (float64).
@@ -77,7 +77,7 @@ def normalize_with_sums(
     process_group: Optional[dist.ProcessGroup] = None,
     variance_floor: float = VARIANCE_FLOOR,
 ) -> tuple[torch.Tensor, NormalizationStats]:
-    """Normalize ``raw`` over ``valid`` given this rank's per-row ``L_i`` and ``sum_t A`` (SPEC.md 4).
+    """Normalize ``raw`` over ``valid`` from this rank's row ``L_i`` and ``sum_t A`` (docs/contract.md section 4).
 
     ``row_count`` and ``row_sum`` come from the pass that built or read ``raw``, so the first
     moment costs no pass of its own. ``raw`` is in its working precision (``compute_dtype``);
@@ -107,7 +107,7 @@ def normalize_rows(
     process_group: Optional[dist.ProcessGroup] = None,
     variance_floor: float = VARIANCE_FLOOR,
 ) -> tuple[torch.Tensor, NormalizationStats]:
-    """SPEC.md section 4 for an advantage constant along each row: ``A[i,t] = v_i`` on S.
+    """docs/contract.md section 4 for an advantage constant along each row: ``A[i,t] = v_i`` on S.
 
     The population is still every valid token (row ``i`` counts ``L_i = lengths[i]`` times), so
     the moments are ``sum_i L_i v_i / N`` and ``sum_i L_i (v_i - mu)^2 / N``: the same steps and
@@ -189,7 +189,7 @@ def masked_global_normalize(
     process_group: Optional[dist.ProcessGroup] = None,
     variance_floor: float = VARIANCE_FLOOR,
 ) -> tuple[torch.Tensor, NormalizationStats]:
-    """Global masked normalization of ``values`` over ``response_mask`` (SPEC.md section 4).
+    """Global masked normalization of ``values`` over ``response_mask`` (docs/contract.md section 4).
 
     Args:
         values: ``(bs, response_length)`` floating tensor; masked positions may hold anything

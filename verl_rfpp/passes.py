@@ -1,6 +1,6 @@
 """The passes over ``(bs, T)`` tensors that the estimators and the normalization make.
 
-Each function is one pass of SPEC.md sections 2-4 and has two implementations with one contract:
+Each function is one pass of docs/contract.md sections 2-4 and has two implementations with one contract:
 on CPU tensors, a fused numba kernel (``verl_rfpp.kernels``: one read of the inputs, float64
 accumulators); on any other device, torch operations. ``VERL_RFPP_CPU_KERNELS=0`` selects the
 torch operations on the CPU too (for platforms without numba, and for the tests that check both).
@@ -62,7 +62,7 @@ def selected_row_sums(values: torch.Tensor, response_mask: torch.Tensor):
 
 
 def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float):
-    """``(returns, valid, row_sum, row_count)`` with the KL-to-go returns of SPEC.md section 2,
+    """``(returns, valid, row_sum, row_count)`` with the KL-to-go returns of docs/contract.md section 2,
     ``G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * select(m, r)[i,u]``, and per row the sum of
     ``G`` over valid positions and ``L_i``."""
     returns = torch.empty_like(rewards)

@@ -1,13 +1,13 @@
-"""The verl adapter: the only module that knows verl's internals (SPEC.md sections 6-8).
+"""The verl adapter: the only module that knows verl's internals (docs/contract.md sections 6-8).
 
 verl imports this module through the ``verl.plugins`` entry point (``ep.load()`` imports and never
 calls), in every process that imports verl. Importing it, once and idempotently:
 
 - wraps ``verl.utils.config.validate_config`` so ``main_ppo`` refuses a violating config before
-  Ray starts (SPEC.md section 6) and fails when our estimators are not the ones registered;
+  Ray starts (docs/contract.md section 6) and fails when our estimators are not the ones registered;
 - replaces verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` registry entries;
-- registers the ``rfpp`` policy loss (the plain clipped surrogate, SPEC.md section 5);
-- hooks ``Tracking.log`` so the ``rfpp/`` metrics reach verl's loggers (SPEC.md section 7).
+- registers the ``rfpp`` policy loss (the plain clipped surrogate, docs/contract.md section 5);
+- hooks ``Tracking.log`` so the ``rfpp/`` metrics reach verl's loggers (docs/contract.md section 7).
 
 verl swallows plugin load errors at DEBUG level, so every failure here is logged at ERROR on
 logger ``verl_rfpp`` before it propagates. ``deactivate()`` undoes all of it (tests).
@@ -41,7 +41,7 @@ _checked_in_process: set[str] = set()
 
 
 class ActivationError(RfppError):
-    """verl's registry does not resolve one of our names to our estimator (SPEC.md section 8)."""
+    """verl's registry does not resolve one of our names to our estimator (docs/contract.md section 8)."""
 
 
 def _guard_first_call(name: str, config: Any) -> None:
@@ -49,7 +49,7 @@ def _guard_first_call(name: str, config: Any) -> None:
 
     ``config`` is the ``algorithm`` node; ``_get_root()`` reaches the run config (OmegaConf's
     private API, the only way from inside the estimator). Plain dicts, dataclasses and ``None``
-    have no root: the check is skipped silently (SPEC.md section 9).
+    have no root: the check is skipped silently (docs/contract.md section 9).
     """
     if name in _checked_in_process:
         return
@@ -77,7 +77,7 @@ def compute_reinforce_plus_plus_advantage(
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's registry entry ``reinforce_plus_plus`` (SPEC.md sections 2, 4, 9).
+    """verl's registry entry ``reinforce_plus_plus`` (docs/contract.md sections 2, 4, 9).
 
     Args:
         token_level_rewards: ``(bs, response_length)``.
@@ -100,7 +100,7 @@ def compute_reinforce_plus_plus_baseline_advantage(
     index: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's registry entry ``reinforce_plus_plus_baseline`` (SPEC.md sections 3, 4, 9).
+    """verl's registry entry ``reinforce_plus_plus_baseline`` (docs/contract.md sections 3, 4, 9).
 
     Args:
         token_level_rewards: ``(bs, response_length)``.
@@ -164,7 +164,7 @@ def rfpp_policy_loss(
     config: Any = None,
     rollout_is_weights: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """verl policy-loss mode ``rfpp``: the clipped surrogate of SPEC.md section 5, response mean.
+    """verl policy-loss mode ``rfpp``: the clipped surrogate of docs/contract.md section 5, response mean.
 
     Args:
         old_log_prob, log_prob, advantages, response_mask: ``(bs, response_length)``.

@@ -1,4 +1,4 @@
-"""The up-front config contract (SPEC.md section 6): a verl config -> a list of violations.
+"""The up-front config contract (docs/contract.md section 6): a verl config -> a list of violations.
 
 Pure functions over OmegaConf: nothing here imports verl. Only configs whose
 ``algorithm.adv_estimator`` is one of ours are looked at; every other verl run is untouched.
@@ -65,7 +65,8 @@ class ConfigViolationError(RfppError):
         self.violations = list(violations)
         lines = [
             f"verl_rfpp refuses this config for algorithm.adv_estimator={estimator}: "
-            f"{len(self.violations)} setting(s) would silently change the method (SPEC.md section 6).",
+            f"{len(self.violations)} setting(s) would silently change the method "
+            "(docs/contract.md section 6).",
             *(str(violation) for violation in self.violations),
             "Print the whole validated recipe with: verl-rfpp recipe " + estimator,
         ]
@@ -113,20 +114,20 @@ def _common_rules(config: DictConfig) -> list[Violation]:
     _require(
         found, config, "actor_rollout_ref.actor.loss_agg_mode", lambda mode: mode == RESPONSE_MEAN,
         f"'{RESPONSE_MEAN}' (response mean)",
-        "token-level or summed reductions change the objective's denominator (SPEC.md section 5).",
+        "token-level or summed reductions change the objective's denominator (docs/contract.md section 5).",
         RESPONSE_MEAN,
     )
     _require(
         found, config, "actor_rollout_ref.actor.policy_loss.loss_mode", lambda mode: mode == POLICY_LOSS_MODE,
         f"'{POLICY_LOSS_MODE}' (the plain clipped surrogate)",
         "verl's 'vanilla' adds dual-clip for negative advantages and other modes replace the "
-        "clipped surrogate of SPEC.md section 5.",
+        "clipped surrogate of docs/contract.md section 5.",
         POLICY_LOSS_MODE, default="vanilla",
     )
     for key in PARALLEL_SIZE_KEYS:
         _require(
             found, config, key, lambda size: size is None or size == 1, "1",
-            "context / sequence parallelism is not a supported mode (SPEC.md section 6).", 1,
+            "context / sequence parallelism is not a supported mode (docs/contract.md section 6).", 1,
         )
     found.extend(_trainer_mode_rules(config))
     return found
@@ -136,7 +137,7 @@ def _trainer_mode_rules(config: DictConfig) -> list[Violation]:
     found: list[Violation] = []
     why_async = (
         "asynchronous or off-policy trainers normalize over part of a step or mix policy "
-        "versions; SPEC.md section 4 needs one closed synchronous step batch."
+        "versions; docs/contract.md section 4 needs one closed synchronous step batch."
     )
     if _get(config, "async_training") is not None:
         found.append(Violation(
@@ -160,7 +161,7 @@ def _reinforce_plus_plus_rules(config: DictConfig) -> list[Violation]:
     _require(
         found, config, "actor_rollout_ref.actor.use_kl_loss", lambda on: not on, "False",
         "REINFORCE++ puts the k1 KL inside the returns; a KL loss would count it twice "
-        "(SPEC.md section 2).",
+        "(docs/contract.md section 2).",
         False, default=False,
     )
     kl_in_reward = bool(_get(config, "algorithm.use_kl_in_reward", False))
@@ -168,19 +169,19 @@ def _reinforce_plus_plus_rules(config: DictConfig) -> list[Violation]:
         if _get(config, "actor_rollout_ref.actor.use_kl_loss", False):
             _require(
                 found, config, "algorithm.use_kl_in_reward", bool, "True",
-                "REINFORCE++ regularizes with k1 KL shaping in the reward (SPEC.md section 2).",
+                "REINFORCE++ regularizes with k1 KL shaping in the reward (docs/contract.md section 2).",
                 True, default=False,
             )
         return found
     _require(
         found, config, "algorithm.kl_penalty", lambda penalty: penalty in K1_NAMES,
         "'kl' (k1, the signed estimator d = logp_old - logp_ref)",
-        "the returns are KL-to-go of the k1 estimator (SPEC.md section 2).",
+        "the returns are KL-to-go of the k1 estimator (docs/contract.md section 2).",
         "kl", default="kl",
     )
     _require(
         found, config, "algorithm.kl_ctrl.type", lambda controller: controller == "fixed", "'fixed'",
-        "an adaptive coefficient changes beta during training (SPEC.md section 2).",
+        "an adaptive coefficient changes beta during training (docs/contract.md section 2).",
         "fixed", default="fixed",
     )
     return found
@@ -191,38 +192,38 @@ def _baseline_rules(config: DictConfig) -> list[Violation]:
     _require(
         found, config, "actor_rollout_ref.rollout.n", lambda n: n is not None and n > 1,
         "> 1 (the recipe uses 8)",
-        "with one sample per prompt every group-centred reward C_i is 0 (SPEC.md section 3).",
+        "with one sample per prompt every group-centred reward C_i is 0 (docs/contract.md section 3).",
         8, default=1,
     )
     _require(
         found, config, "algorithm.use_kl_in_reward", lambda on: not on, "False",
         "REINFORCE++-baseline keeps KL out of the advantage; it is the separate k2 loss "
-        "(SPEC.md section 3).",
+        "(docs/contract.md section 3).",
         False, default=False,
     )
     if _get(config, "actor_rollout_ref.actor.use_kl_loss", False):
         _require(
             found, config, "actor_rollout_ref.actor.kl_loss_type", lambda kind: kind in K2_NAMES,
             "'k2' (0.5 * (logp - logp_ref)^2)",
-            "only the k2 loss has the reverse-KL gradient the method relies on (SPEC.md section 3).",
+            "only the k2 loss has the reverse-KL gradient the method relies on (docs/contract.md section 3).",
             "k2",
         )
     _require(
         found, config, "algorithm.rollout_correction.rollout_rs", lambda rs: rs is None, "null",
         "rejection sampling rewrites response_mask after the rewards are fixed and can mask the "
-        "reward token (SPEC.md section 6).",
+        "reward token (docs/contract.md section 6).",
         "null",
     )
     _require(
         found, config, "algorithm.rollout_correction.bypass_mode", lambda on: not on, "False",
-        "bypass mode replaces the advantage-weighted clipped surrogate (SPEC.md section 6).",
+        "bypass mode replaces the advantage-weighted clipped surrogate (docs/contract.md section 6).",
         False, default=False,
     )
     return found
 
 
 def violations(config: DictConfig) -> list[Violation]:
-    """Every SPEC.md section 6 rule the config breaks; empty for other estimators."""
+    """Every docs/contract.md section 6 rule the config breaks; empty for other estimators."""
     estimator = estimator_of(config)
     if estimator is None:
         return []
@@ -235,7 +236,7 @@ def violations(config: DictConfig) -> list[Violation]:
 
 
 def warnings_for(config: DictConfig) -> list[str]:
-    """Legal but unusual settings (SPEC.md section 6), each with what it means."""
+    """Legal but unusual settings (docs/contract.md section 6), each with what it means."""
     estimator = estimator_of(config)
     if estimator is None:
         return []
@@ -244,7 +245,7 @@ def warnings_for(config: DictConfig) -> list[str]:
     if estimator == REINFORCE_PLUS_PLUS and gamma != 1.0:
         notes.append(
             f"algorithm.gamma = {gamma}: returns are discounted by position, across mask holes "
-            "too; the recipe uses 1.0 (SPEC.md section 2)."
+            "too; the recipe uses 1.0 (docs/contract.md section 2)."
         )
     kl_in_reward = _get(config, "algorithm.use_kl_in_reward", False)
     kl_loss = _get(config, "actor_rollout_ref.actor.use_kl_loss", False)

@@ -68,7 +68,7 @@ def advantages_from(estimator: Callable[..., Any], rewards: torch.Tensor, prompt
 
 
 def surrogate_gradient(logits, prompt_ids, answers, advantages) -> torch.Tensor:
-    """Gradient of the response-mean clipped surrogate (SPEC.md section 5) at ratio 1."""
+    """Gradient of the response-mean clipped surrogate (docs/contract.md section 5) at ratio 1."""
     logits = logits.detach().requires_grad_(True)
     log_prob = torch.log_softmax(logits[prompt_ids], dim=-1).gather(1, answers[:, None])
     mask = torch.ones_like(log_prob)
