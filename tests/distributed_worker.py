@@ -1,7 +1,14 @@
-"""Worker side of the gloo tests: real processes, a file rendezvous, bounded collectives."""
+"""Worker side of the gloo tests: real processes, a file rendezvous, bounded collectives.
+
+Results travel as a file of plain numpy/Python data, written and closed before the worker exits.
+Never a torch tensor on a multiprocessing queue: torch shares a tensor's storage through a file
+descriptor owned by the sender, so a parent that unpickles it after the sender has exited gets
+``FileNotFoundError`` (the race this layout removes: the parent reads only after every join).
+"""
 
 from __future__ import annotations
 
+import pickle
 import traceback
 from datetime import timedelta
 
@@ -12,9 +19,11 @@ from verl_rfpp import EmptyPopulationError, masked_global_normalize
 from verl_rfpp.normalization import normalize_row_constant
 
 
-def run(rank, world_size, init_file, scenarios, results):
+def run(rank, world_size, init_file, scenarios, result_file):
     """For each scenario ``(name, values_shards, mask_shards)`` normalize this rank's shard; values
-    of shape ``(rows,)`` are row constants (``normalize_row_constant``)."""
+    of shape ``(rows,)`` are row constants (``normalize_row_constant``). Writes
+    ``[(name, status, payload, stats)]`` to ``result_file``, or ``("crash", traceback)``."""
+    results = []
     try:
         dist.init_process_group(
             "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size,
@@ -28,9 +37,12 @@ def run(rank, world_size, init_file, scenarios, results):
                     normalized, stats = normalize_row_constant(values, mask.bool(), torch.float64, process_group=group)
                 else:
                     normalized, stats = masked_global_normalize(values, mask, process_group=group)
-                results.put((rank, name, "ok", normalized, tuple(stats)))
+                results.append((name, "ok", normalized.numpy().copy(), tuple(stat.item() for stat in stats)))
             except EmptyPopulationError as error:
-                results.put((rank, name, "empty", str(error), None))
+                results.append((name, "empty", str(error), None))
         dist.destroy_process_group()
-    except Exception:  # report instead of dying silently, so the parent fails fast
-        results.put((rank, "crash", "error", traceback.format_exc(), None))
+        outcome = ("ok", results)
+    except Exception:  # report instead of dying silently, so the parent fails with the cause
+        outcome = ("crash", traceback.format_exc())
+    with open(result_file, "wb") as handle:
+        pickle.dump(outcome, handle)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-import queue
+import pickle
+import time
 
 import pytest
 import torch
@@ -111,31 +112,37 @@ def _scenarios(world_size):
 
 
 def _run_group(world_size, scenarios, tmp_path, timeout=120.0):
+    """Start one spawned process per rank, join every one (bounded), then read their result files.
+
+    Nothing is read while a worker may still be running, so no result can depend on a live sender.
+    """
     context = mp.get_context("spawn")
-    results = context.Queue()
+    result_files = [tmp_path / f"rank{rank}.pkl" for rank in range(world_size)]
     processes = [
         context.Process(
             target=distributed_worker.run,
-            args=(rank, world_size, str(tmp_path / "rendezvous"), scenarios, results),
+            args=(rank, world_size, str(tmp_path / "rendezvous"), scenarios, str(result_files[rank])),
         )
         for rank in range(world_size)
     ]
     for process in processes:
         process.start()
-    expected = world_size * len(scenarios)
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    hung = [rank for rank, process in enumerate(processes) if process.is_alive()]
+    for rank in hung:
+        processes[rank].kill()
+        processes[rank].join(timeout=30)
+    if hung:
+        pytest.fail(f"distributed normalization hung: ranks {hung} still running after {timeout}s")
     received = []
-    try:
-        while len(received) < expected:
-            item = results.get(timeout=timeout)  # a hang fails here instead of blocking CI
-            assert item[1] != "crash", item[3]
-            received.append(item)
-    except queue.Empty:
-        pytest.fail(f"distributed normalization hung: {len(received)}/{expected} results in {timeout}s")
-    finally:
-        for process in processes:
-            process.join(timeout=30)
-            if process.is_alive():
-                process.kill()
+    for rank, (process, result_file) in enumerate(zip(processes, result_files)):
+        assert process.exitcode == 0, f"rank {rank} exited with {process.exitcode}"
+        with open(result_file, "rb") as handle:
+            status, payload = pickle.load(handle)
+        assert status == "ok", f"rank {rank} crashed:\n{payload}"
+        received.extend((rank, *item) for item in payload)
     return received
 
 
@@ -158,10 +165,10 @@ def test_sharded_population_equals_single_process(world_size, tmp_path):
             values = torch.where(mask.bool(), values[:, None], 0.0)
         else:
             single, single_stats = masked_global_normalize(values, mask)
-        sharded = torch.cat([outcomes[rank][1] for rank in range(world_size)])
+        sharded = torch.cat([torch.from_numpy(outcomes[rank][1]) for rank in range(world_size)])
         assert sharded.shape == single.shape
         assert (sharded - single).abs().max().item() <= 1e-12, name
         assert (sharded - reference.normalize(values, mask)).abs().max().item() <= 1e-12, name
         for rank in range(world_size):
             for got, want in zip(outcomes[rank][2], single_stats):
-                assert abs(got.item() - want.item()) <= 1e-12 * max(1.0, abs(want.item())), name
+                assert abs(got - want.item()) <= 1e-12 * max(1.0, abs(want.item())), name
