@@ -114,8 +114,32 @@ def _recipe(args: argparse.Namespace) -> int:
     return 0
 
 
+# The modules of the [cpu] extra (pyproject.toml): verl 0.9.1's trainers import them undeclared.
+CPU_EXTRA_MODULES = ("cachetools", "fastapi", "uvicorn", "transfer_queue", "zmq", "msgspec")
+
+
+def _missing_modules(names: Sequence[str]) -> list[str]:
+    """The modules among ``names`` that cannot be imported (found without importing them)."""
+    import importlib.util
+
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
 def _demo(args: argparse.Namespace) -> int:
     """Train the tiny local model for a few steps inside verl's real trainer, on the CPU."""
+    missing = _missing_modules(CPU_EXTRA_MODULES)
+    if missing:
+        print(f"verl-rfpp demo runs verl's trainer, which needs modules of the [cpu] extra that are not "
+              f"installed ({', '.join(missing)}): pip install 'verl-rfpp[cpu]'")
+        return 2
     import tempfile
     from pathlib import Path
 
