@@ -3,7 +3,7 @@
 verl computes advantages in its driver process, on the CPU. There, every eager torch operation is
 one more trip through memory; these kernels fuse each pass of docs/contract.md sections 2-4 into a single
 read of its inputs (and a single write of its outputs), so the two estimators cost about what
-reading the rewards and writing the two outputs cost (README, "Performance").
+reading the rewards and writing the two outputs cost (docs/performance.md).
 
 Every kernel handles the rows ``[lo, hi)`` of numpy arrays (``run`` splits the rows over threads;
 the kernels release the GIL). Selection is a branch-free ``x if keep else 0.0``: a masked position

@@ -114,5 +114,5 @@ def _report(results: dict) -> str:
         for k, rows in results["bias"][name].items():
             for batch, cell in rows.items():
                 lines.append(f"| {name} | {k} | {batch} | {cell['given_0']:+.3f} | {cell['given_1']:+.3f} |")
-    lines += ["", "Numbers are as measured; conclusions are in the README's \"Why REINFORCE++\" section.", ""]
+    lines += ["", "Numbers are as measured; conclusions are in docs/bandit.md of the verl-rfpp repository.", ""]
     return "\n".join(lines)
