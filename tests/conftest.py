@@ -1,10 +1,25 @@
-"""Shared fixtures."""
+"""Shared fixtures and settings. Nothing a test run leaves behind lands in the repository:
+pytest's cache is off (``-p no:cacheprovider`` in pyproject), Hypothesis keeps no example
+database and its other storage (``.hypothesis/``, by default in the cwd) lives in a temporary
+directory removed at exit."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
+
 import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from verl_rfpp import passes
+
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="verl-rfpp-hypothesis-")
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+settings.register_profile("verl_rfpp", database=None)
+settings.load_profile("verl_rfpp")
 
 
 @pytest.fixture(scope="module", params=["kernels", "torch"])
