@@ -1,11 +1,15 @@
-"""The opt-in CPU backend's pieces that need no Ray: opt-in loading, the reward, log parsing."""
+"""The opt-in CPU backend's pieces that need no Ray: opt-in loading, the plugin's exclusion, the
+reward, log parsing, the trace, the demo's progress lines and verdict."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from verl_rfpp.cpu import assets, launch
+import pytest
+import torch
+
+from verl_rfpp.cpu import assets, demo, launch, trace
 
 
 def test_plugin_never_loads_the_cpu_backend():
@@ -44,3 +48,124 @@ def test_console_step_lines_are_parsed_for_both_trainers():
     assert launch.parse_step_line(v1) == (2, {"actor/kl_loss": 0.0106, "rfpp/valid_tokens": 64.0, "x/y": -1.5e-08})
     assert launch.parse_step_line(legacy) == (1, {"actor/kl_loss": 0.0, "num_turns/max": 2.0})
     assert launch.parse_step_line("no metrics here") is None
+
+
+def test_excluded_plugin_stays_out_although_the_cpu_backend_loads():
+    # verl imports verl_rfpp.cpu (VERL_USE_EXTERNAL_MODULES) before its plugins; the backend must not
+    # import verl_rfpp.plugin itself, or "verl's built-ins" would silently be ours.
+    code = (
+        "import sys, verl\n"
+        "from verl.trainer.ppo import core_algos as c\n"
+        "print('verl_rfpp.cpu' in sys.modules, 'verl_rfpp.plugin' in sys.modules,"
+        " c.ADV_ESTIMATOR_REGISTRY['reinforce_plus_plus'].__module__,"
+        " c.ADV_ESTIMATOR_REGISTRY['reinforce_plus_plus_baseline'].__module__)\n"
+    )
+    for ours, expected in ((False, "True False verl.trainer.ppo.core_algos verl.trainer.ppo.core_algos"),
+                           (True, "True True verl_rfpp.plugin verl_rfpp.plugin")):
+        env = launch.trainer_environment(launch.Path("/tmp"), ours=ours)
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip().splitlines()[-1] == expected
+
+
+def test_trace_variable_is_the_plugins():
+    from verl_rfpp import plugin
+
+    assert trace.TRACE_ENV == plugin.TRACE_ENV
+
+
+def _holes_reference(mask):
+    count = 0
+    for row in mask.tolist():
+        ones = [t for t, m in enumerate(row) if m]
+        count += bool(ones) and any(not row[t] for t in range(ones[0], ones[-1] + 1))
+    return count
+
+
+def test_interior_holes_counts_rows_with_a_gap_between_valid_tokens():
+    mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0], [0, 1, 1, 1], [1, 0, 0, 1], [0, 1, 0, 1]])
+    assert trace.interior_holes(mask) == _holes_reference(mask) == 3
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        mask = torch.rand(7, 9, generator=generator) < 0.6
+        assert trace.interior_holes(mask) == _holes_reference(mask)
+
+
+def test_trace_lines_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv(trace.TRACE_ENV, str(tmp_path / "t.txt"))
+    trace.write("tokens", rank=1, rows=8, valid=30, holes=0)
+    (line,) = (tmp_path / "t.txt").read_text().splitlines()
+    assert trace.lines_of([line], "tokens") == [{"pid": str(__import__("os").getpid()), "rank": "1", "rows": "8",
+                                                  "valid": "30", "holes": "0"}]
+
+
+def test_recipes_of_ours_builtins_and_grpo():
+    ours = launch.recipe("reinforce_plus_plus_baseline")
+    builtin = launch.recipe("reinforce_plus_plus_baseline", ours=False)
+    grpo = launch.recipe("grpo", ours=False)
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode=rfpp" in ours
+    assert [o for o in builtin if o not in ours] == ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]
+    assert [o for o in grpo if o not in builtin] == ["algorithm.adv_estimator=grpo"]
+    with pytest.raises(ValueError, match="--ranks 3"):
+        launch.trainer_overrides("reinforce_plus_plus", {"train": "a", "test": "b", "model": "m"}, 2, False,
+                                 launch.Path("/tmp"), ranks=3)
+
+
+def _result(steps=3, ranks=2, estimator="reinforce_plus_plus_baseline", rewards=None, driver=7):
+    rewards = rewards or [0.2] * steps
+    result = launch.RunResult(returncode=0, driver_pids={driver})
+    metrics = {f"rfpp/{name}": 1.0 for name in ("raw_adv_mean", "raw_adv_std", "adv_mean", "adv_std",
+                                                  "valid_tokens", "var_floor_used")}
+    for step in range(1, steps + 1):
+        result.steps[step] = {**metrics, "critic/score/mean": rewards[step - 1], "actor/kl_loss": 0.001,
+                              "timing_s/step": 2.5}
+        result.trace.append(f"{estimator} pid={driver} valid_tokens=64 raw_adv_std=0.5")
+        result.trace += [f"tokens pid={100 + r} rank={r} rows=8 valid=32 holes=0" for r in range(ranks)]
+    result.trace += [f"weights pid={200 + r} global_steps={s} abs_sum={1000 + s}" for r in range(ranks)
+                     for s in range(steps + 1)]
+    return result
+
+
+def test_demo_verdict_passes_a_complete_run_and_names_each_failure():
+    good = demo.judge("reinforce_plus_plus_baseline", _result(), steps=3, ranks=2)
+    assert good.passed, good.problems
+    assert good.facts["rank_tokens"] == {0: 96, 1: 96} and good.facts["calls"] == 3
+    text = demo.summary("reinforce_plus_plus_baseline", _result(), good, 3, 2, False)
+    assert text.splitlines()[-1].startswith("PASS") and "rank 0: 96, rank 1: 96" in text
+
+    one_rank = _result()
+    one_rank.trace = [line for line in one_rank.trace if "rank=1" not in line]
+    assert "not every rank trained" in demo.judge("reinforce_plus_plus_baseline", one_rank, 3, 2).problems[0]
+
+    elsewhere = _result()
+    elsewhere.driver_pids = {8}
+    assert "not in verl's driver" in demo.judge("reinforce_plus_plus_baseline", elsewhere, 3, 2).problems[0]
+
+    builtin = _result()
+    builtin.trace = [line for line in builtin.trace if not line.startswith("reinforce_plus_plus_baseline")]
+    assert "computed the advantages 0 times" in demo.judge("reinforce_plus_plus_baseline", builtin, 3, 2).problems[0]
+
+    stale = _result()
+    stale.trace = [line.replace("abs_sum=1003", "abs_sum=1002") for line in stale.trace]
+    assert "did not follow" in demo.judge("reinforce_plus_plus_baseline", stale, 3, 2).problems[0]
+
+    flat = _result(steps=20, rewards=[0.2] * 20)
+    problems = demo.judge("reinforce_plus_plus_baseline", flat, 20, 2).problems
+    assert problems == ["the reward did not rise: 0.20 in the first 5 steps, 0.20 in the last 5"]
+    rising = _result(steps=20, rewards=[0.2] * 10 + [0.9] * 10)
+    assert demo.judge("reinforce_plus_plus_baseline", rising, 20, 2).passed
+
+    crashed = _result()
+    crashed.returncode = 1
+    del crashed.steps[3]
+    verdict = demo.judge("reinforce_plus_plus_baseline", crashed, 3, 2)
+    assert verdict.problems[:2] == ["verl's trainer exited with code 1", "verl logged 2 of 3 training steps"]
+    assert demo.summary("reinforce_plus_plus_baseline", crashed, verdict, 3, 2, False).splitlines()[-1].startswith(
+        "FAIL: verl's trainer exited with code 1; ")
+
+
+def test_progress_line_shows_reward_kl_adv_std_and_seconds():
+    metrics = {"critic/score/mean": 0.25, "actor/kl_loss": 0.00123, "rfpp/adv_std": 1.0, "timing_s/step": 2.44}
+    assert demo.progress_line(3, 40, metrics) == "step  3/40  reward 0.250  kl_loss 0.00123  adv_std 1.000  2.4 s"
+    rfpp = {"critic/score/mean": 0.25, "actor/reward_kl_penalty": 0.002}
+    assert demo.progress_line(3, 9, rfpp) == "step 3/9  reward 0.250  kl_in_reward 0.00200  adv_std -  - s"

@@ -1,4 +1,4 @@
-"""The ``verl-rfpp`` command line: demo, doctor, check, recipe, bandit."""
+"""The ``verl-rfpp`` command line: demo, curves, doctor, check, recipe, bandit."""
 
 from __future__ import annotations
 
@@ -140,29 +140,83 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"verl-rfpp demo runs verl's trainer, which needs modules of the [cpu] extra that are not "
               f"installed ({', '.join(missing)}): pip install 'verl-rfpp[cpu]'")
         return 2
+    import contextlib
+    import io
     import tempfile
     from pathlib import Path
 
-    from verl_rfpp.cpu import launch
-
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="verl-rfpp-demo-"))
-    print(f"verl-rfpp demo: {args.estimator} on verl's {'legacy' if args.legacy else 'v1'} trainer, "
-          f"{args.steps} steps, CPU; assets and logs in {out}", flush=True)
-    result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy)
-    print(launch.summary(args.estimator, result))
-    ours_ran = any(line.startswith(args.estimator + " ") for line in result.trace)
-    return 0 if result.returncode == 0 and ours_ran and len(result.steps) == args.steps else 1
+    # Importing verl here (the CPU backend) and building the assets print warnings and progress
+    # bars that mean nothing to a reader; without --verbose they are dropped (errors still raise).
+    with contextlib.nullcontext() if args.verbose else contextlib.redirect_stderr(io.StringIO()):
+        from verl_rfpp.cpu import assets, demo, launch
+
+        assets.build_all(out / "assets")
+    trainer = "legacy" if args.legacy else "v1"
+    turns = ", multi-turn with a toy tool" if args.multi_turn else ""
+    print(f"verl-rfpp demo: {args.estimator} in verl's {trainer} trainer, {args.ranks} rank(s), {args.steps} "
+          f"steps{turns}, on the CPU. Files in {out}", flush=True)
+    if not args.verbose:
+        print(f"verl's own log goes to {out / 'verl.log'} (--verbose shows it here). Starting verl "
+              "(Ray, workers, model) takes a minute or two...", flush=True)
+
+    def on_step(step: int, metrics: dict) -> None:
+        if not args.verbose:
+            print(demo.progress_line(step, args.steps, metrics), flush=True)
+
+    result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
+                        ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step)
+    verdict = demo.judge(args.estimator, result, args.steps, args.ranks)
+    if verdict.problems and not args.verbose:
+        print("".join(result.log[-25:]).rstrip())
+    hint = f"verl's full log: {result.log_path}; the run trace (who computed what, where): {out / 'trace.txt'}"
+    print(demo.summary(args.estimator, result, verdict, args.steps, args.ranks, args.legacy, hint))
+    return 0 if verdict.passed else 1
+
+
+def _curves(args: argparse.Namespace) -> int:
+    """Train ours, verl's built-ins and grpo on the demo task; plots and report.md into --out."""
+    missing = _missing_modules(CPU_EXTRA_MODULES + ("matplotlib", "tensorboard"))
+    if missing:
+        print(f"verl-rfpp curves needs modules that are not installed ({', '.join(missing)}): "
+              "pip install 'verl-rfpp[cpu,curves]'")
+        return 2
+    from pathlib import Path
+
+    from verl_rfpp.curves import report, runs
+
+    out = Path(args.out)
+    methods = [m for m in runs.METHODS if not args.methods or m.key in args.methods]
+    print(f"verl-rfpp curves: {len(methods)} methods x {args.seeds} seeds x {args.steps} steps of verl's "
+          f"trainer on the CPU; runs in {out / 'runs'}", flush=True)
+    records = runs.run_all(out, args.steps, args.seeds, tuple(methods), progress=lambda line: print(line, flush=True))
+    report.write(out, records, args.steps)
+    print((out / "report.md").read_text())
+    print(f"written: {out / 'report.md'}, {out / 'results.json'}, {out}/*.png")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="verl-rfpp", description=__doc__)
+    parser = argparse.ArgumentParser(prog="verl-rfpp", description=__doc__.replace("``", ""))
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="train a tiny local model with verl's real trainer on the CPU")
     demo.add_argument("--estimator", choices=validation.ESTIMATOR_NAMES, default="reinforce_plus_plus_baseline")
     demo.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of v1")
-    demo.add_argument("--steps", type=int, default=3)
+    demo.add_argument("--steps", type=int, default=3, help="training steps (40 show learning; default 3)")
+    demo.add_argument("--ranks", type=int, default=1, choices=(1, 2, 4),
+                      help="FSDP ranks: training processes sharing each batch (gloo)")
+    demo.add_argument("--seed", type=int, default=0, help="data order and sampling seed")
+    demo.add_argument("--multi-turn", action="store_true",
+                      help="verl's tool_agent loop with a toy tool: responses with tool tokens inside")
+    demo.add_argument("--verbose", action="store_true", help="stream verl's own log instead of progress lines")
     demo.add_argument("--out", help="directory for the assets and logs (default: a new temporary one)")
     demo.set_defaults(handler=_demo)
+    curves = commands.add_parser("curves", help="learning curves: ours vs verl's built-ins and grpo (long)")
+    curves.add_argument("--out", required=True, help="output directory (finished runs in it are reused)")
+    curves.add_argument("--steps", type=int, default=40)
+    curves.add_argument("--seeds", type=int, default=3)
+    curves.add_argument("--methods", nargs="*", help="method keys (default: all five)")
+    curves.set_defaults(handler=_curves)
     doctor = commands.add_parser("doctor", help="check that verl runs verl-rfpp's estimators")
     doctor.set_defaults(handler=_doctor)
     check = commands.add_parser("check", help="validate Hydra overrides against the contract")

@@ -8,20 +8,60 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from verl_rfpp import validation
-from verl_rfpp.cpu import assets
+from verl_rfpp.cpu import assets, trace
 
-from verl_rfpp.plugin import TRACE_ENV
+GRPO = "grpo"
+SAMPLES = 4  # responses per prompt
+PROMPTS = 4  # prompts per step (one mini-batch, one optimizer step per training step)
 
 
-def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out_dir: Path) -> list[str]:
-    """Our validated recipe plus what a 2-core CPU run of the tiny model needs."""
-    samples = 4
-    overrides = [o for o in validation.RECIPES[estimator] if not o.startswith("actor_rollout_ref.rollout.n=")]
+def recipe(estimator: str, ours: bool = True) -> list[str]:
+    """The algorithm overrides of one run. Ours: the validated recipe. verl's built-ins (the plugin
+    excluded): the same recipe with verl's ``vanilla`` policy loss instead of ``rfpp`` (equal
+    gradients here: one on-policy update per step, so every ratio is 1 and no clip is active).
+    ``grpo``: the baseline recipe (k2 KL loss, 0.01, response mean) with verl's grpo estimator."""
+    name = validation.BASELINE if estimator == GRPO else estimator
+    overrides = [o for o in validation.RECIPES[name] if not o.startswith("actor_rollout_ref.rollout.n=")]
+    if estimator == GRPO:
+        overrides = [f"algorithm.adv_estimator={GRPO}" if o.startswith("algorithm.adv_estimator=") else o
+                     for o in overrides]
+    if not ours:
+        loss = "actor_rollout_ref.actor.policy_loss.loss_mode="
+        overrides = [f"{loss}vanilla" if o.startswith(loss) else o for o in overrides]
+    return overrides
+
+
+def multi_turn_overrides(out_dir: Path) -> list[str]:
+    """verl's ``tool_agent`` loop with the toy tool (``verl_rfpp.cpu.agent``): two assistant turns
+    of at most 4 tokens around one tool answer, in a 16-token response."""
+    from verl_rfpp.cpu import agent
+
+    tools = out_dir / "tools.yaml"
+    tools.write_text(agent.TOOL_CONFIG)
+    return [
+        "data.max_response_length=16",
+        "actor_rollout_ref.rollout.multi_turn.enable=True",
+        f"actor_rollout_ref.rollout.multi_turn.format={agent.PARSER}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+    ]
+
+
+def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out_dir: Path, ranks: int = 1,
+                      seed: int = 0, ours: bool = True, loggers: tuple[str, ...] = ("console",),
+                      multi_turn: bool = False) -> list[str]:
+    """The recipe plus what a 2-core CPU run of the tiny model needs, on ``ranks`` FSDP ranks."""
+    if (PROMPTS * SAMPLES) % ranks:
+        raise ValueError(f"--ranks {ranks} must divide the {PROMPTS * SAMPLES} responses of a step")
+    micro = PROMPTS * SAMPLES // ranks  # one micro-batch per rank and step
+    overrides = recipe(estimator, ours)
     reward_module = Path(assets.__file__).resolve()
     for role in ("actor", "ref"):
         overrides += [
@@ -31,47 +71,52 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
             f"actor_rollout_ref.{role}.fsdp_config.dtype=float32",
         ]
     overrides += [
-        f"actor_rollout_ref.rollout.n={samples}",
+        f"actor_rollout_ref.rollout.n={SAMPLES}",
         f"data.train_files={paths['train']}",
         f"data.val_files={paths['test']}",
-        "data.train_batch_size=4",
+        f"data.train_batch_size={PROMPTS}",
         "data.max_prompt_length=16",
         "data.max_response_length=4",
         "data.dataloader_num_workers=0",
+        f"data.seed={seed}",
+        f"actor_rollout_ref.rollout.seed={seed}",
         f"actor_rollout_ref.model.path={paths['model']}",
         "actor_rollout_ref.model.use_remove_padding=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "actor_rollout_ref.actor.optim.lr=1e-2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.rollout.name=hf_cpu",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.rollout.calculate_log_probs=False",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         f"reward.custom_reward_function.path={reward_module}",
         "reward.custom_reward_function.name=compute_score",
         "reward.num_workers=1",
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        "trainer.n_gpus_per_node=1",
+        f"trainer.n_gpus_per_node={ranks}",
         "trainer.nnodes=1",
         f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=False",
         "trainer.test_freq=-1",
         "trainer.save_freq=-1",
-        "trainer.logger=[console]",
+        f"trainer.logger=[{','.join(loggers)}]",
+        "trainer.project_name=verl_rfpp_cpu",
+        f"trainer.experiment_name={estimator}{'' if ours else '_verl'}_seed{seed}",
         f"trainer.default_local_dir={out_dir / 'checkpoints'}",
         f"trainer.use_v1={not legacy}",
-        "+ray_kwargs.ray_init.num_cpus=8",
-        "+ray_kwargs.ray_init.num_gpus=1",
+        "+ray_kwargs.ray_init.num_cpus=16",  # logical: the actors verl asks for, not cores
+        f"+ray_kwargs.ray_init.num_gpus={ranks}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
-    return overrides
+    return overrides + (multi_turn_overrides(out_dir) if multi_turn else [])
 
 
-def trainer_environment(out_dir: Path) -> dict[str, str]:
-    """Switch the CPU backend on in every verl process (inherited by Ray's workers)."""
+def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
+    """Switch the CPU backend on in every verl process (inherited by Ray's workers). With
+    ``ours=False`` verl loads no plugin (``VERL_USE_EXTERNAL_PLUGINS=none``): its own estimators run."""
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray refuses fake GPUs with an empty device list
     modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
@@ -82,18 +127,23 @@ def trainer_environment(out_dir: Path) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
         "RAY_DEDUP_LOGS": "0",
-        TRACE_ENV: str(out_dir / "trace.txt"),
+        "TENSORBOARD_DIR": str(out_dir / "tensorboard"),
+        trace.TRACE_ENV: str(out_dir / "trace.txt"),
     })
+    if not ours:
+        env["VERL_USE_EXTERNAL_PLUGINS"] = "none"
     return env
 
 
-def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False) -> tuple[list[str], dict[str, str]]:
-    """``(argv, env)`` of one CPU training run; builds the assets under ``out_dir/assets``."""
+def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ranks: int = 1, seed: int = 0,
+            ours: bool = True, loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None,
+            multi_turn: bool = False) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` of one CPU training run; builds the assets (default ``out_dir/assets``)."""
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = assets.build_all(out_dir / "assets")
-    argv = [sys.executable, "-m", "verl.trainer.main_ppo", *trainer_overrides(estimator, paths, steps, legacy, out_dir)]
-    return argv, trainer_environment(out_dir)
+    paths = assets.build_all(Path(assets_dir) if assets_dir else out_dir / "assets")
+    overrides = trainer_overrides(estimator, paths, steps, legacy, out_dir, ranks, seed, ours, loggers, multi_turn)
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides], trainer_environment(out_dir, ours)
 
 
 def parse_step_line(line: str) -> Optional[tuple[int, dict[str, float]]]:
@@ -120,54 +170,52 @@ class RunResult:
     trace: list[str] = field(default_factory=list)
     driver_pids: set[int] = field(default_factory=set)
     log: list[str] = field(default_factory=list)
+    log_path: Optional[Path] = None
+    seconds: float = 0.0
+    timed_out: bool = False
 
 
 def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, echo: bool = True,
-        timeout: float = 900) -> RunResult:
-    """Run verl's ``main_ppo`` on the CPU, streaming its log; collect metrics and the trace."""
-    argv, env = command(estimator, out_dir, steps, legacy)
-    trace_path = Path(env[TRACE_ENV])
+        timeout: float = 900, ranks: int = 1, seed: int = 0, ours: bool = True,
+        loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None, multi_turn: bool = False,
+        on_step: Optional[Callable[[int, dict[str, float]], None]] = None) -> RunResult:
+    """Run verl's ``main_ppo`` on the CPU; its whole log goes to ``out_dir/verl.log`` (and to stdout
+    with ``echo``); ``on_step(step, metrics)`` is called as each step's console line arrives."""
+    out_dir = Path(out_dir).resolve()
+    argv, env = command(estimator, out_dir, steps, legacy, ranks, seed, ours, loggers, assets_dir, multi_turn)
+    trace_path = Path(env[trace.TRACE_ENV])
     trace_path.unlink(missing_ok=True)
-    result = RunResult(returncode=-1)
+    result = RunResult(returncode=-1, log_path=out_dir / "verl.log")
+    started = time.monotonic()
     # A session of its own, so a timeout also kills the Ray processes the trainer started.
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                cwd=out_dir, bufsize=1, start_new_session=True)
     # The watchdog fires even when a hung trainer prints nothing (a deadline checked per line would not).
-    watchdog = threading.Timer(timeout, os.killpg, args=(process.pid, signal.SIGKILL))
+    def kill() -> None:
+        result.timed_out = True
+        os.killpg(process.pid, signal.SIGKILL)
+
+    watchdog = threading.Timer(timeout, kill)
     watchdog.start()
     assert process.stdout is not None
-    for line in process.stdout:
-        result.log.append(line)
-        if echo:
-            sys.stdout.write(line)
-        parsed = parse_step_line(line)
-        if parsed:
-            result.steps[parsed[0]] = parsed[1]
-            driver = re.search(r"\((TaskRunner\w*) pid=(\d+)\)", line)
-            if driver:
-                result.driver_pids.add(int(driver.group(2)))
+    with open(result.log_path, "w", buffering=1) as log_file:
+        log_file.write("$ " + " ".join(argv) + "\n")
+        for line in process.stdout:
+            result.log.append(line)
+            log_file.write(line)
+            if echo:
+                sys.stdout.write(line)
+            parsed = parse_step_line(line)
+            if parsed:
+                result.steps[parsed[0]] = parsed[1]
+                driver = re.search(r"\((TaskRunner\w*) pid=(\d+)\)", line)
+                if driver:
+                    result.driver_pids.add(int(driver.group(2)))
+                if on_step:
+                    on_step(*parsed)
     result.returncode = process.wait()
     watchdog.cancel()
+    result.seconds = time.monotonic() - started
     if trace_path.exists():
         result.trace = trace_path.read_text().splitlines()
     return result
-
-
-def summary(estimator: str, result: RunResult) -> str:
-    """The demo's closing lines: who computed the advantages where, and the per-step metrics."""
-    lines = ["", "=" * 78, f"verl-rfpp demo: {estimator}, exit code {result.returncode}"]
-    calls = [line for line in result.trace if line.startswith(estimator + " ")]
-    pids = sorted({int(re.search(r"pid=(\d+)", line).group(1)) for line in calls})
-    where = ", ".join(f"pid {pid}{' (verl driver: TaskRunner)' if pid in result.driver_pids else ''}" for pid in pids)
-    lines.append(f"advantages computed by verl_rfpp's {estimator} in {where or 'no process'} "
-                 f"({len(calls)} calls)")
-    keys = ["critic/score/mean", "actor/kl_loss", "actor/reward_kl_penalty", "rfpp/raw_adv_mean",
-            "rfpp/raw_adv_std", "rfpp/adv_mean", "rfpp/adv_std", "rfpp/valid_tokens", "rfpp/var_floor_used"]
-    for step, metrics in sorted(result.steps.items()):
-        shown = " ".join(f"{key.split('/', 1)[1] if key.startswith('rfpp/') else key}={metrics[key]:.4g}"
-                         for key in keys if key in metrics)
-        lines.append(f"step {step}: {shown}")
-    weights = [line for line in result.trace if line.startswith("weights ")]
-    if weights:
-        lines.append(f"weight syncs to the rollout: {len(weights)} ({weights[0].split()[-1]} -> {weights[-1].split()[-1]})")
-    return "\n".join(lines)

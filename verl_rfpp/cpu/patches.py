@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 
+from verl_rfpp.cpu import trace
+
 MARKER = "__verl_rfpp_cpu__"
 
 
@@ -41,10 +43,61 @@ def _unpinned(original):
     return policy
 
 
+ADV_STD_METRIC = "cpu/advantages_std"
+TRACED_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
+
+
+# The two hooks below change no number verl computes; they only observe (the run trace and one
+# extra metric), identically for our estimators and verl's built-ins.
+
+def _traced_policy_loss_lookup(original):
+    # verl.workers.utils.losses.ppo_loss (both trainers' actor update) looks the policy loss up per
+    # micro-batch; the returned function is wrapped to trace the micro-batch on this FSDP rank.
+    @functools.wraps(original)
+    def get_policy_loss_fn(name):
+        loss_fn = original(name)
+
+        @functools.wraps(loss_fn)
+        def traced(*args, **kwargs):
+            mask = kwargs["response_mask"]
+            trace.write("tokens", rank=trace.rank(), rows=mask.shape[0], valid=int(mask.sum()),
+                        holes=trace.interior_holes(mask))
+            return loss_fn(*args, **kwargs)
+
+        return traced
+
+    return get_policy_loss_fn
+
+
+def _with_advantage_std(original):
+    # verl 0.9.1 logs the advantages' mean/max/min only; the curves compare their spread across
+    # estimators, so the driver adds the population std over valid tokens (the same measure for
+    # every estimator) and traces which function verl's registry resolves each REINFORCE++ name to.
+    @functools.wraps(original)
+    def compute_data_metrics(batch, *args, **kwargs):
+        metrics = original(batch, *args, **kwargs)
+        valid = batch.batch["response_mask"].bool()
+        advantages = batch.batch["advantages"][valid].double()
+        std = float(advantages.std(correction=0)) if advantages.numel() else float("nan")
+        metrics[ADV_STD_METRIC] = std
+        from verl.trainer.ppo import core_algos
+
+        resolved = {name: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(name), "__module__", None)
+                    for name in TRACED_ESTIMATORS}
+        trace.write("metrics", adv_std=f"{std:.6g}", **resolved)
+        return metrics
+
+    return compute_data_metrics
+
+
 def apply() -> None:
     """Idempotent; runs in every process that imports ``verl_rfpp.cpu``."""
+    import verl.trainer.ppo.metric_utils as metric_utils
     import verl.utils.distributed as distributed
     import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
+    import verl.workers.utils.losses as worker_losses
 
     _once(distributed, "initialize_global_process_group_ray", _gloo_only)
     _once(fsdp_engine, "CPUOffloadPolicy", _unpinned)
+    _once(worker_losses, "get_policy_loss_fn", _traced_policy_loss_lookup)
+    _once(metric_utils, "compute_data_metrics", _with_advantage_std)

@@ -13,11 +13,12 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from verl_rfpp.plugin import TRACE_ENV
+from verl_rfpp.cpu import trace
 
 logger = logging.getLogger("verl_rfpp")
 
 NAME = "hf_cpu"
+TURN_TOKENS = 4  # the most tokens of one assistant turn in multi-turn runs
 
 
 def server_name(replica_rank: int) -> str:
@@ -27,13 +28,16 @@ def server_name(replica_rank: int) -> str:
 class HFRolloutServer:
     """Holds a transformers causal LM and samples from it; weights arrive through ``load_weights``."""
 
-    def __init__(self, model_path: str, prompt_length: int, response_length: int, seed: int = 0):
+    def __init__(self, model_path: str, prompt_length: int, response_length: int, seed: int = 0,
+                 turn_tokens: Optional[int] = None):
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32,
                                                           attn_implementation="sdpa").eval()
         self.prompt_length, self.response_length = prompt_length, response_length
+        # multi-turn: one assistant turn may not fill the whole response, or no tool turn fits
+        self.turn_tokens = turn_tokens or response_length
         self.global_steps = 0  # the trainer step whose weights are loaded (verl's staleness metrics)
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], global_steps: Optional[int] = None) -> int:
@@ -43,18 +47,16 @@ class HFRolloutServer:
             raise RuntimeError(f"weight sync mismatch: missing {real_missing}, unexpected {unexpected}")
         if global_steps is not None:
             self.global_steps = global_steps
-        trace = os.environ.get(TRACE_ENV)
-        if trace:
+        if os.environ.get(trace.TRACE_ENV):
             checksum = sum(float(t.double().abs().sum()) for t in state_dict.values())
-            with open(trace, "a") as handle:
-                handle.write(f"weights pid={os.getpid()} global_steps={self.global_steps} abs_sum={checksum:.12g}\n")
+            trace.write("weights", global_steps=self.global_steps, abs_sum=f"{checksum:.12g}")
         return self.global_steps
 
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
         params = dict(sampling_params)
         max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", self.response_length))
-        max_tokens = max(1, min(max_tokens, self.response_length))
+        max_tokens = max(1, min(max_tokens, self.response_length, self.turn_tokens))
         temperature = float(params.get("temperature", 1.0) or 0.0)
         eos = self.model.config.eos_token_id
         generation = {"do_sample": temperature > 0, "max_new_tokens": max_tokens, "eos_token_id": eos,
@@ -96,7 +98,8 @@ class HFReplica(RolloutReplica):
     async def launch_servers(self):
         server = ray.remote(HFRolloutServer).options(
             name=server_name(self.replica_rank), num_cpus=0.1, max_concurrency=self.max_concurrency,
-        ).remote(str(self.model_config.path), self.config.prompt_length, self.config.response_length)
+        ).remote(str(self.model_config.path), self.config.prompt_length, self.config.response_length,
+                 int(self.config.get("seed", 0) or 0), TURN_TOKENS if self.config.multi_turn.enable else None)
         self.servers = [server]
         self._server_handle = server
         self._server_address = f"ray-actor:{server_name(self.replica_rank)}"

@@ -1,0 +1,50 @@
+"""A toy tool for verl's multi-turn ``tool_agent`` loop on the tiny model (``demo --multi-turn``).
+
+A random 28K-parameter model never writes a well-formed tool call, so the ``rfpp_toy`` tool-call
+parser reads one call of ``digit_hint`` out of every first assistant turn; verl's real
+``ToolAgentLoop`` then runs the tool, appends its answer as a ``tool`` message (tokens with
+``response_mask`` 0) and lets the model answer again. Every response so has an interior mask
+hole, as tool-calling runs on a GPU do. Registered in every verl process by ``verl_rfpp.cpu``."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import ToolResponse
+
+PARSER = "rfpp_toy"
+TOOL = "digit_hint"
+TOOL_CONFIG = f"""tools:
+  - class_name: {__name__}.DigitHintTool
+    config:
+      type: native
+    tool_schema:
+      type: function
+      function:
+        name: {TOOL}
+        description: Says what a good answer looks like.
+        parameters:
+          type: object
+          properties: {{}}
+          required: []
+"""
+
+
+@ToolParser.register(PARSER)
+class ToyToolParser(ToolParser):
+    """Every assistant turn calls ``digit_hint`` once (verl stops after ``max_assistant_turns``)."""
+
+    async def extract_tool_calls(self, responses_ids: list[int], tools: Optional[list] = None
+                                 ) -> tuple[str, list[FunctionCall]]:
+        text = self.tokenizer.decode(responses_ids, skip_special_tokens=True)
+        return text, [FunctionCall(name=TOOL, arguments="{}")]
+
+
+class DigitHintTool(BaseTool):
+    """Answers every call with the same short hint."""
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+                      ) -> tuple[ToolResponse, float, dict]:
+        return ToolResponse(text="digits"), 0.0, {}

@@ -1,0 +1,148 @@
+"""What ``verl-rfpp demo`` shows a person: one progress line per step, a plain-language summary and
+a verdict (PASS or FAIL, and why), all from the run's console metrics and its trace."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from verl_rfpp.cpu import trace
+from verl_rfpp.cpu.launch import RunResult
+
+REWARD = "critic/score/mean"
+KL_LOSS = "actor/kl_loss"
+KL_REWARD = "actor/reward_kl_penalty"
+ADV_STD = "rfpp/adv_std"
+RFPP_METRICS = ("rfpp/raw_adv_mean", "rfpp/raw_adv_std", "rfpp/adv_mean", "rfpp/adv_std", "rfpp/valid_tokens",
+                "rfpp/var_floor_used")
+LEARNING_STEPS = 20  # from this many steps on, the reward must rise (the task learns within ~20-40)
+WINDOW = 5  # steps averaged at the start and at the end of the run
+MIN_GAIN = 0.1  # the reward's rise (0..2 scale) that counts as learning
+
+
+def progress_line(step: int, total: int, metrics: dict[str, float]) -> str:
+    """``step 3/40  reward 0.245  kl_loss 0.00123  adv_std 1.000  2.4 s``."""
+    def number(key: str, fmt: str) -> str:
+        return format(metrics[key], fmt) if key in metrics else "-"
+
+    kl = (f"kl_loss {number(KL_LOSS, '.5f')}" if KL_LOSS in metrics
+          else f"kl_in_reward {number(KL_REWARD, '.5f')}")
+    return (f"step {step:>{len(str(total))}}/{total}  reward {number(REWARD, '.3f')}  {kl}  "
+            f"adv_std {number(ADV_STD, '.3f')}  {number('timing_s/step', '.1f')} s")
+
+
+@dataclass
+class Verdict:
+    """PASS when every check holds; ``problems`` say why not, ``facts`` feed the summary."""
+
+    problems: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+def _pid(line: str) -> int:
+    return int(re.search(r"pid=(\d+)", line).group(1))
+
+
+def judge(estimator: str, result: RunResult, steps: int, ranks: int = 1) -> Verdict:
+    """The run's checks: verl exited 0 after every step; our estimator computed the advantages
+    once per step in verl's driver; the ``rfpp/`` metrics reached the logger every step; every
+    rank trained every step; the rollout received new weights after every update; and from
+    ``LEARNING_STEPS`` steps on, the reward rose by ``MIN_GAIN``."""
+    verdict = Verdict()
+    problems, facts = verdict.problems, verdict.facts
+    if result.timed_out:
+        problems.append("the run hit the demo's time limit and was stopped")
+    elif result.returncode != 0:
+        problems.append(f"verl's trainer exited with code {result.returncode}")
+    if len(result.steps) != steps:
+        problems.append(f"verl logged {len(result.steps)} of {steps} training steps")
+
+    calls = [line for line in result.trace if line.startswith(estimator + " ")]
+    facts["calls"], facts["call_pids"] = len(calls), sorted({_pid(line) for line in calls})
+    facts["driver_pids"] = sorted(result.driver_pids)
+    if len(calls) != len(result.steps) or not calls:
+        problems.append(f"verl-rfpp's {estimator} computed the advantages {len(calls)} times in "
+                        f"{len(result.steps)} steps (expected once per step)")
+    elif not set(facts["call_pids"]) <= result.driver_pids:
+        problems.append(f"the advantages were computed in pid {facts['call_pids']}, not in verl's driver "
+                        f"{facts['driver_pids']}")
+    valid = [int(fields["valid_tokens"]) for fields in trace.lines_of(result.trace, estimator)]
+    facts["valid_tokens"] = valid
+
+    missing = sorted({key for metrics in result.steps.values() for key in RFPP_METRICS if key not in metrics})
+    if missing:
+        problems.append(f"the rfpp/ metrics {missing} did not reach verl's logger every step")
+
+    tokens = trace.lines_of(result.trace, "tokens")
+    per_rank: dict[int, int] = {}
+    for fields in tokens:
+        per_rank[int(fields["rank"])] = per_rank.get(int(fields["rank"]), 0) + int(fields["valid"])
+    facts["rank_tokens"] = dict(sorted(per_rank.items()))
+    facts["holes"] = sum(int(fields["holes"]) for fields in tokens)
+    idle = [rank for rank in range(ranks) if per_rank.get(rank, 0) == 0]
+    if idle or len(tokens) < ranks * len(result.steps):
+        problems.append(f"not every rank trained every step: valid tokens per rank {facts['rank_tokens']}, "
+                        f"{len(tokens)} policy-loss calls for {ranks} ranks x {len(result.steps)} steps")
+
+    servers: dict[str, list[float]] = {}  # one rollout server per replica (per rank here)
+    for fields in trace.lines_of(result.trace, "weights"):
+        servers.setdefault(fields["pid"], []).append(float(fields["abs_sum"]))
+    facts["syncs"] = min((len(sums) for sums in servers.values()), default=0)
+    stale = [pid for pid, sums in servers.items() if len(sums) < len(result.steps) + 1 or len(set(sums)) != len(sums)]
+    if not servers or stale:
+        problems.append(f"a rollout server did not receive new weights after every update ({facts['syncs']} "
+                        f"syncs for {len(result.steps)} updates): the sampling model did not follow the trained one")
+
+    rewards = [metrics[REWARD] for _, metrics in sorted(result.steps.items()) if REWARD in metrics]
+    if rewards:
+        facts["reward_first"] = sum(rewards[:WINDOW]) / len(rewards[:WINDOW])
+        facts["reward_last"] = sum(rewards[-WINDOW:]) / len(rewards[-WINDOW:])
+        if len(rewards) >= LEARNING_STEPS and facts["reward_last"] - facts["reward_first"] < MIN_GAIN:
+            problems.append(f"the reward did not rise: {facts['reward_first']:.2f} in the first {WINDOW} steps, "
+                            f"{facts['reward_last']:.2f} in the last {WINDOW}")
+    return verdict
+
+
+def summary(estimator: str, result: RunResult, verdict: Verdict, steps: int, ranks: int, legacy: bool,
+            log_hint: Optional[str] = None) -> str:
+    """Plain-language lines on what the run did, then the verdict line last."""
+    facts = verdict.facts
+    trainer = "legacy" if legacy else "v1"
+    lines = ["", "What happened:"]
+    if facts.get("calls"):
+        tokens = facts["valid_tokens"]
+        lines.append(
+            f"- verl's driver process (pid {', '.join(map(str, facts['call_pids']))}) asked verl-rfpp's {estimator} "
+            f"for the advantages {facts['calls']} times, once per step: the rewards of all "
+            f"{tokens[0] if tokens else '?'} response tokens of a step normalized together, in one place.")
+    if facts.get("rank_tokens"):
+        ranks_text = ", ".join(f"rank {rank}: {count}" for rank, count in facts["rank_tokens"].items())
+        lines.append(f"- {len(facts['rank_tokens'])} training process(es) (FSDP ranks, gloo) updated the model, "
+                     f"each on its share of every batch (response tokens trained on, {ranks_text}).")
+    if facts.get("holes"):
+        lines.append(f"- {facts['holes']} trained responses had tool output inside them (tokens masked out of "
+                     f"the loss and of the advantage statistics: interior holes in response_mask).")
+    if facts.get("syncs"):
+        lines.append(f"- The sampling server received the updated weights {facts['syncs']} times, different each "
+                     f"time: the model that answers is the model being trained.")
+    if "reward_first" in facts:
+        window = min(WINDOW, len(result.steps))
+        lines.append(f"- Reward (0 to 2: the share of digits in the answer, +1 when the first one is the "
+                     f"prompt's digit): {facts['reward_first']:.2f} over the first {window} steps, "
+                     f"{facts['reward_last']:.2f} over the last {window}.")
+        if len(result.steps) < LEARNING_STEPS:
+            lines.append(f"  {len(result.steps)} steps are too few to see learning; "
+                         f"`verl-rfpp demo --steps 40` shows it (about 0.2 rising to about 1).")
+    if log_hint:
+        lines.append(f"- {log_hint}")
+    if verdict.passed:
+        lines.append(f"PASS: verl's {trainer} trainer ran {steps} steps on {ranks} rank(s) with verl-rfpp's "
+                     f"{estimator}, and every check held.")
+    else:
+        lines.append("FAIL: " + "; ".join(verdict.problems) + ".")
+    return "\n".join(lines)

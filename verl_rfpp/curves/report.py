@@ -1,0 +1,187 @@
+"""results.json, the PNG plots and report.md of a curves run (numbers from tensorboard events)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from verl_rfpp.cpu import patches
+
+REWARD = "critic/score/mean"
+KL_LOSS = "actor/kl_loss"  # k2, in the loss (baseline recipe, grpo)
+KL_REWARD = "actor/reward_kl_penalty"  # k1, in the reward (REINFORCE++ recipe)
+ADV_STD = patches.ADV_STD_METRIC
+RFPP_METRICS = ("rfpp/raw_adv_mean", "rfpp/raw_adv_std", "rfpp/adv_mean", "rfpp/adv_std", "rfpp/valid_tokens",
+                "rfpp/var_floor_used")
+WINDOW = 5  # steps averaged at the start and at the end
+KEPT = (REWARD, KL_LOSS, KL_REWARD, ADV_STD, "critic/advantages/mean", "response_length/mean", "timing_s/step",
+        *RFPP_METRICS)  # the tags results.json keeps (each run's run.json has all of them)
+
+
+def _series(record: dict, tag: str) -> list[float]:
+    return [value for _, value in sorted(record["metrics"].get(tag, []))]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _std(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mu = _mean(values)
+    return math.sqrt(sum((v - mu) ** 2 for v in values) / (len(values) - 1))
+
+
+def by_method(records: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for record in records:
+        grouped.setdefault(record["method"]["label"], []).append(record)
+    return grouped
+
+
+def summarize(records: list[dict]) -> dict[str, dict]:
+    """Per method: reward over the first and last WINDOW steps (mean and sample std over seeds),
+    the KL and advantage std over the last WINDOW steps, seconds per run, the proofs."""
+    table = {}
+    for label, runs in by_method(records).items():
+        first = [_mean(_series(r, REWARD)[:WINDOW]) for r in runs]
+        last = [_mean(_series(r, REWARD)[-WINDOW:]) for r in runs]
+        kl_tag = KL_REWARD if runs[0]["method"]["estimator"] == "reinforce_plus_plus" else KL_LOSS
+        table[label] = {
+            "seeds": len(runs),
+            "reward_first": _mean(first), "reward_first_std": _std(first),
+            "reward_last": _mean(last), "reward_last_std": _std(last),
+            "gain": [b - a for a, b in zip(first, last)],
+            "kl_tag": kl_tag, "kl_last": _mean([_mean(_series(r, kl_tag)[-WINDOW:]) for r in runs]),
+            "adv_std": _mean([_mean(_series(r, ADV_STD)) for r in runs]),
+            "rfpp_metrics_in_tensorboard": all(all(tag in r["metrics"] for tag in RFPP_METRICS) for r in runs),
+            "seconds": _mean([r["seconds"] for r in runs]),
+            "proof": sorted({r["proof"] for r in runs}),
+        }
+    return table
+
+
+def _band(axis, runs: list[dict], tag: str, label: str) -> None:
+    """Mean over seeds as a line, min..max over seeds as a band."""
+    series = [_series(r, tag) for r in runs]
+    series = [s for s in series if s]
+    if not series:
+        return
+    length = min(len(s) for s in series)
+    steps = list(range(1, length + 1))
+    columns = [[s[i] for s in series] for i in range(length)]
+    line, = axis.plot(steps, [_mean(c) for c in columns], label=label)
+    axis.fill_between(steps, [min(c) for c in columns], [max(c) for c in columns], color=line.get_color(),
+                      alpha=0.18, linewidth=0)
+
+
+def plots(out: Path, records: list[dict]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grouped = by_method(records)
+    seeds = max(len(runs) for runs in grouped.values())
+    written = []
+
+    def save(figure, name):
+        figure.tight_layout()
+        path = out / name
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        written.append(path)
+
+    figure, axis = plt.subplots(figsize=(7.5, 4.2))
+    for label, runs in grouped.items():
+        _band(axis, runs, REWARD, label)
+    axis.set(xlabel="training step", ylabel="mean reward of the step's responses",
+             title=f"Reward (line: mean over {seeds} seeds; band: min..max)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    save(figure, "reward.png")
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for label, runs in grouped.items():
+        estimator = runs[0]["method"]["estimator"]
+        _band(axes[1] if estimator == "reinforce_plus_plus" else axes[0], runs,
+              KL_REWARD if estimator == "reinforce_plus_plus" else KL_LOSS, label)
+    axes[0].set(xlabel="training step", ylabel=KL_LOSS, title="k2 KL loss (baseline recipe, GRPO)")
+    axes[1].set(xlabel="training step", ylabel=KL_REWARD, title="k1 KL in the reward (REINFORCE++ recipe)")
+    for axis in axes:
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=8)
+    save(figure, "kl.png")
+
+    figure, axis = plt.subplots(figsize=(7.5, 4.2))
+    for label, runs in grouped.items():
+        _band(axis, runs, ADV_STD, label)
+    axis.set(xlabel="training step", ylabel="std of the advantages over valid tokens",
+             title="Advantage std per step (population std, all methods measured alike)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    save(figure, "adv_std.png")
+    return written
+
+
+def report(records: list[dict], steps: int) -> str:
+    table = summarize(records)
+    seeds = max(row["seeds"] for row in table.values())
+    lines = [
+        "# Learning curves in verl's real trainer (CPU)",
+        "",
+        f"Written by `verl-rfpp curves`: {len(table)} methods x {seeds} seeds x {steps} steps of verl 0.9.1's",
+        "v1 trainer on the CPU backend ([docs/cpu-backend.md](../cpu-backend.md)): the demo task (a random",
+        "28K-parameter Qwen2 learns to answer `repeat D:` with digits, first one `D`; reward up to 2), 4",
+        "prompts x 4 responses per step, one optimizer step per training step, lr 1e-2. Every method",
+        "trains on the same data with the same seeds (the data order and the rollout's sampling; the",
+        "model starts from the same weights). Every number here was read back from verl's `tensorboard`",
+        "logger's event files.",
+        "",
+        f"| method | reward, first {WINDOW} steps | reward, last {WINDOW} steps | gain per seed | KL, last {WINDOW} steps "
+        "| advantage std | `rfpp/` metrics in tensorboard | s per run |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, row in table.items():
+        gains = ", ".join(f"{g:+.2f}" for g in row["gain"])
+        lines.append(
+            f"| {label} | {row['reward_first']:.3f} ± {row['reward_first_std']:.3f} | "
+            f"{row['reward_last']:.3f} ± {row['reward_last_std']:.3f} | {gains} | "
+            f"{row['kl_last']:.4f} (`{row['kl_tag']}`) | {row['adv_std']:.3f} | "
+            f"{'yes' if row['rfpp_metrics_in_tensorboard'] else 'no'} | {row['seconds']:.0f} |")
+    lines += [
+        "",
+        "± is the sample std over seeds. Advantage std: `" + ADV_STD + "`, the population std of the",
+        "step's advantages over valid tokens, added to verl's data metrics by the CPU backend (verl logs",
+        "only their mean, max and min), the same measure for every method.",
+        "",
+        "![reward](reward.png)",
+        "",
+        "![KL](kl.png)",
+        "",
+        "![advantage std](adv_std.png)",
+        "",
+        "## Which estimator ran",
+        "",
+        "Ours ran with the plugin loaded; verl's built-ins and GRPO with `VERL_USE_EXTERNAL_PLUGINS=none`",
+        "(verl loads no plugin; the CPU backend itself never imports the plugin). The run trace",
+        "(`VERL_RFPP_TRACE`) proves it per run: the plugin writes one line per estimator call, and the",
+        "CPU backend's driver hook writes the module verl's registry resolves each REINFORCE++ name to:",
+        "",
+    ]
+    for label, row in table.items():
+        lines.append(f"- {label}: {'; '.join(row['proof'])}")
+    return "\n".join(lines) + "\n"
+
+
+def write(out: Path, records: list[dict], steps: int, notes: str = "") -> None:
+    """results.json (every run's metrics), the three plots and report.md (with ``notes`` appended)."""
+    out.mkdir(parents=True, exist_ok=True)
+    kept = [{**record, "metrics": {tag: values for tag, values in record["metrics"].items() if tag in KEPT}}
+            for record in records]
+    (out / "results.json").write_text(json.dumps({"steps": steps, "runs": kept}, indent=1))
+    plots(out, records)
+    (out / "report.md").write_text(report(records, steps) + (("\n" + notes.strip() + "\n") if notes else ""))
