@@ -16,12 +16,15 @@ import reference
 from batches import make_batch
 from verl_rfpp import (
     EmptyPopulationError,
+    RfppError,
     RfppInputError,
     compute_reinforce_plus_plus_advantage,
     compute_reinforce_plus_plus_baseline_advantage,
+    masked_global_normalize,
     reinforce_plus_plus,
     reinforce_plus_plus_baseline,
 )
+from verl_rfpp.errors import NonFiniteError
 
 pytestmark = pytest.mark.usefixtures("passes_implementation")
 
@@ -339,12 +342,67 @@ def test_bad_inputs_are_refused_with_a_fix():
         reinforce_plus_plus(rewards.long(), mask)
 
 
-def test_nonfinite_value_at_a_valid_position_is_an_error():
-    rewards, mask, _ = make_batch(1)
-    rewards[0, 0] = math.nan
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("baseline", [False, True], ids=["rfpp", "baseline"])
+def test_nonfinite_value_at_a_valid_position_is_an_error(value, baseline):
+    rewards, mask, uids = make_batch(1)
+    rewards[0, 0] = value
     mask[0, 0] = 1.0
-    with pytest.raises(RuntimeError, match="NaN or Inf"):
-        reinforce_plus_plus(rewards, mask)
+    with pytest.raises(NonFiniteError, match="NaN or Inf") as raised:
+        reinforce_plus_plus_baseline(rewards, mask, uids) if baseline else reinforce_plus_plus(rewards, mask)
+    assert isinstance(raised.value, RfppError)
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("baseline", [False, True], ids=["rfpp", "baseline"])
+def test_nan_in_the_mask_is_refused_naming_its_position(mask_dtype, baseline):
+    rewards, mask, uids = make_batch(2)
+    mask = mask.to(mask_dtype)
+    mask[2, 1] = math.nan
+    mask[3, 0] = math.nan
+    with pytest.raises(RfppInputError, match=r"response_mask holds NaN \(first at row 2, position 1\)"):
+        reinforce_plus_plus_baseline(rewards, mask, uids) if baseline else reinforce_plus_plus(rewards, mask)
+    with pytest.raises(RfppInputError, match="response_mask holds NaN"):
+        masked_global_normalize(rewards, mask)
+
+
+@pytest.mark.parametrize("missing", [None, math.nan, np.float64("nan")], ids=["None", "nan", "np.nan"])
+@pytest.mark.parametrize("container", ["list", "object-array"])
+def test_missing_uid_of_a_response_is_refused_naming_the_row(missing, container):
+    rewards = torch.tensor([[1.0], [3.0], [10.0], [20.0], [0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1], [1], [1], [1], [0]])
+    uids = ["a", "a", missing, missing, missing]
+    index = uids if container == "list" else np.array(uids, dtype=object)
+    with pytest.raises(RfppInputError, match=r"no uid \(None or NaN\) for row 2, .*\(2 such rows in all\)"):
+        reinforce_plus_plus_baseline(rewards, mask, index)
+    # a padding row (no valid token) joins no group: its uid is never read
+    uids[2:4] = ["b", "b"]
+    index = uids if container == "list" else np.array(uids, dtype=object)
+    assert reinforce_plus_plus_baseline(rewards, mask, index).returns[:, 0].tolist() == [-1.0, 1.0, -5.0, 5.0, 0.0]
+
+
+def test_missing_uid_in_a_float_index_is_refused():
+    rewards, mask, _ = make_batch(1)
+    index = np.arange(rewards.shape[0], dtype=np.float64) // 2
+    index[1] = np.nan
+    with pytest.raises(RfppInputError, match="for row 1,"):
+        reinforce_plus_plus_baseline(rewards, torch.ones_like(mask), index)
+
+
+@pytest.mark.parametrize("dtype,reward", [(torch.float16, 60000.0), (torch.bfloat16, 3.0e38), (torch.float32, 3.0e38)])
+@pytest.mark.parametrize("baseline", [False, True], ids=["rfpp", "baseline"])
+def test_raw_advantage_overflowing_its_dtype_is_an_error_for_both(dtype, reward, baseline):
+    """Two valid rewards that each fit the dtype, whose sum (G at t=0, or C_i) does not."""
+    rewards = torch.zeros(4, 3, dtype=dtype)
+    rewards[1, 0] = reward
+    rewards[1, 2] = reward
+    mask = torch.ones(4, 3, dtype=torch.int64)
+    uids = np.array(["a", "b", "b", "b"], dtype=object)  # C_1 = (2/3) * 2 * reward
+    with pytest.raises(NonFiniteError) as raised:
+        reinforce_plus_plus_baseline(rewards, mask, uids) if baseline else reinforce_plus_plus(rewards, mask)
+    message = str(raised.value)
+    # float32 working sums (REINFORCE++, the torch operations) may overflow before the output does
+    assert f"in row 1 overflows {dtype}" in message or (reward > 1e38 and "values so large" in message)
 
 
 def test_cpu_tensors_take_the_kernels_unless_switched_off(passes_implementation, monkeypatch):

@@ -16,3 +16,9 @@ class RfppInputError(RfppError, ValueError):
 
 class EmptyPopulationError(RfppError, ValueError):
     """The global population of valid tokens is empty (docs/contract.md section 4, N = 0)."""
+
+
+class NonFiniteError(RfppInputError):
+    """A valid position holds NaN or Inf, or a result overflows its dtype (docs/contract.md
+    section 1: only masked positions may hold garbage). On accelerators the same check is a
+    device-side assert, to keep the step free of host syncs."""

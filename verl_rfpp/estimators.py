@@ -11,13 +11,12 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.distributed as dist
 
 from verl_rfpp import passes
-from verl_rfpp.errors import RfppInputError
-from verl_rfpp.normalization import NormalizationStats, normalize_rows, normalize_with_sums
+from verl_rfpp.errors import NonFiniteError, RfppInputError
+from verl_rfpp.normalization import NormalizationStats, check_response_mask, normalize_rows, normalize_with_sums
 
 
 class EstimatorResult(NamedTuple):
@@ -64,6 +63,7 @@ def _check_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
         raise RfppInputError(
             f"verl_rfpp: token_level_rewards must be floating point, got {token_level_rewards.dtype}."
         )
+    check_response_mask(response_mask)
 
 
 def discounted_returns(
@@ -81,8 +81,9 @@ def discounted_returns(
     return returns.to(token_level_rewards.dtype)
 
 
-def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int]:
-    """Integer group ids for the ``uid`` of each row (arbitrary hashable uids, vectorized)."""
+def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int, np.ndarray]:
+    """Integer group ids for the ``uid`` of each row (arbitrary hashable uids, vectorized), their
+    number, and which rows have no uid (``None``, NaN)."""
     if index is None:
         raise RfppInputError(
             "verl_rfpp: reinforce_plus_plus_baseline needs `index` (verl's `uid` per response) to "
@@ -98,8 +99,10 @@ def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int]:
         raise RfppInputError(
             f"verl_rfpp: index must hold one uid per row ({batch} rows), got shape {uids.shape}."
         )
+    import pandas as pd  # here, not at import: pandas costs every process that imports verl ~0.2 s
+
     codes, uniques = pd.factorize(uids, use_na_sentinel=False)
-    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques)
+    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques), pd.isna(uids)
 
 
 def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: Any) -> torch.Tensor:
@@ -110,16 +113,69 @@ def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: A
     no group and get ``C_i = 0``; a group of one gets 0.
     """
     batch = scores.shape[0]
-    codes, groups = group_codes(index, batch)
+    codes, groups, missing = group_codes(index, batch)
+    is_response = lengths > 0
+    if missing.any():  # host-side uids; the lengths are read only when a uid is missing
+        _refuse_missing_uids(missing, is_response.cpu().numpy())
     codes = codes.to(scores.device)
     scores = scores.to(torch.float64)
-    is_response = lengths > 0
     members = is_response.to(torch.float64)
     group_size = torch.zeros(groups, dtype=torch.float64, device=scores.device).index_add_(0, codes, members)
     group_total = torch.zeros_like(group_size).index_add_(0, codes, torch.where(is_response, scores, 0.0))
     group_mean = group_total / group_size.clamp(min=1.0)
     centered = scores - group_mean[codes]
     return torch.where(is_response & (group_size[codes] > 1), centered, 0.0)
+
+
+def _refuse_missing_uids(missing: np.ndarray, is_response: np.ndarray) -> None:
+    """A response (``L_i > 0``) without a uid has no group (docs/contract.md section 3): refuse it,
+    naming the first such row. Padding rows join no group, so their uid is never read."""
+    rows = np.flatnonzero(missing & is_response)
+    if rows.size:
+        row = int(rows[0])
+        raise RfppInputError(
+            f"verl_rfpp: index has no uid (None or NaN) for row {row}, a response with valid "
+            f"tokens ({rows.size} such rows in all); reinforce_plus_plus_baseline groups responses "
+            "by their prompt's uid (docs/contract.md section 3). Pass one uid per response, "
+            "index=data.non_tensor_batch['uid']."
+        )
+
+
+def _overflow_message(row: Optional[int], dtype: torch.dtype) -> str:
+    where = f" in row {row}" if row is not None else ""
+    return (
+        f"verl_rfpp: the raw advantage (the `returns` output){where} overflows {dtype} (|value| > "
+        f"{torch.finfo(dtype).max:.4g}): the rewards are too large to be returned in {dtype}. "
+        "Scale the rewards down, or pass them as float32/float64 (docs/contract.md section 1)."
+    )
+
+
+def _check_raw_fits(raw: torch.Tensor, stats: NormalizationStats) -> None:
+    """REINFORCE++'s returns ``raw`` (already in the output dtype) must be finite, as the
+    baseline's. A float32/float64 overflow is caught by the moments already; this is for
+    bf16/fp16 outputs of float32 sums. On the CPU no pass is made unless the bound
+    ``max |G| <= |mu| + sqrt(N) * std`` reaches the dtype's range; elsewhere a device assert."""
+    if raw.dtype not in (torch.float16, torch.bfloat16):
+        return
+    if raw.device.type != "cpu":
+        torch._assert_async(torch.isfinite(raw).all(), _overflow_message(None, raw.dtype))
+        return
+    bound = abs(float(stats.raw_mean)) + float(stats.valid_token_count) ** 0.5 * float(stats.raw_std)
+    if bound < 0.5 * torch.finfo(raw.dtype).max:
+        return
+    bad_rows = (~torch.isfinite(raw)).any(dim=1).nonzero()
+    if bad_rows.numel():
+        raise NonFiniteError(_overflow_message(int(bad_rows[0]), raw.dtype))
+
+
+def _check_centered_fits(centered: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype) -> None:
+    """The baseline's ``C_i`` (float64, one per row) must be finite in the output ``dtype`` on
+    every response: the same rule as REINFORCE++'s returns. ``(bs,)`` work only."""
+    fits = torch.isfinite(centered.to(dtype)) | (lengths == 0)
+    if centered.device.type != "cpu":
+        torch._assert_async(fits.all(), _overflow_message(None, dtype))
+    elif not bool(fits.all()):
+        raise NonFiniteError(_overflow_message(int((~fits).nonzero()[0]), dtype))
 
 
 def reinforce_plus_plus(
@@ -148,7 +204,9 @@ def reinforce_plus_plus(
     del rewards  # a bf16/fp16 input's float32 copy is dead: free it before the output is allocated
     advantages, stats = normalize_with_sums(returns, valid, row_count, row_sum, process_group=process_group)
     dtype = token_level_rewards.dtype
-    return EstimatorResult(advantages.to(dtype), returns.to(dtype), stats)
+    returns = returns.to(dtype)
+    _check_raw_fits(returns, stats)
+    return EstimatorResult(advantages.to(dtype), returns, stats)
 
 
 def reinforce_plus_plus_baseline(
@@ -179,6 +237,7 @@ def reinforce_plus_plus_baseline(
     valid, scores, lengths = passes.selected_row_sums(rewards, response_mask)
     centered = group_centered_rewards(scores, lengths, index)
     normalized_rows, stats = normalize_rows(centered, lengths, process_group=process_group)
+    _check_centered_fits(centered, lengths, token_level_rewards.dtype)  # after NaN/Inf are refused
     advantages, raw = passes.broadcast_rows(valid, normalized_rows, centered, token_level_rewards.dtype)
     return EstimatorResult(advantages, raw, stats)
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from verl_rfpp import passes
-from verl_rfpp.errors import EmptyPopulationError, RfppInputError
+from verl_rfpp.errors import EmptyPopulationError, NonFiniteError, RfppInputError
 
 VARIANCE_FLOOR = 1e-8
 
@@ -56,6 +56,22 @@ def _all_reduce(values: torch.Tensor, process_group: Optional[dist.ProcessGroup]
     return values
 
 
+def check_response_mask(response_mask: torch.Tensor) -> None:
+    """Refuse a floating mask holding NaN (``NaN != 0`` would count as valid, docs/contract.md
+    section 1). Bool and integer masks, verl's own, cost nothing; a floating one one pass.
+    On accelerators a device-side assert (no host sync)."""
+    if not response_mask.is_floating_point():
+        return
+    nan = torch.isnan(response_mask)
+    message = ("verl_rfpp: response_mask holds NaN{where}; a mask must be 0 (masked) or nonzero "
+               "(valid) everywhere. Fix the mask upstream, e.g. response_mask.nan_to_num(0.0).")
+    if response_mask.device.type != "cpu":
+        torch._assert_async(~nan.any(), message.format(where=""))
+    elif nan.any():
+        row, position = (int(i) for i in nan.nonzero()[0])
+        raise RfppInputError(message.format(where=f" (first at row {row}, position {position})"))
+
+
 def _check_inputs(values: torch.Tensor, response_mask: torch.Tensor) -> None:
     if values.shape != response_mask.shape:
         raise RfppInputError(
@@ -66,6 +82,7 @@ def _check_inputs(values: torch.Tensor, response_mask: torch.Tensor) -> None:
         raise RfppInputError(
             f"verl_rfpp: values must be a floating-point tensor, got {values.dtype}; cast it with .float()."
         )
+    check_response_mask(response_mask)
 
 
 def normalize_with_sums(
@@ -159,9 +176,17 @@ def _checked_count(count: torch.Tensor) -> torch.Tensor:
     return count.clamp(min=1.0)
 
 
+def _assert_finite(finite: torch.Tensor, message: str = _NONFINITE_MESSAGE) -> None:
+    """``NonFiniteError`` on the CPU, a device-side assert elsewhere (no host sync)."""
+    if finite.device.type != "cpu":
+        torch._assert_async(finite, message)
+    elif not bool(finite.all()):
+        raise NonFiniteError(message)
+
+
 def _variance(count, total, centered_total, centered_squares, variance_floor):
     """``(shift, var, 1 / sqrt(max(var, floor)))`` from the second pass's sums (corrected form)."""
-    torch._assert_async(torch.isfinite(total) & torch.isfinite(centered_squares), _NONFINITE_MESSAGE)
+    _assert_finite(torch.isfinite(total) & torch.isfinite(centered_squares))
     safe_count = count.clamp(min=1.0)
     shift = centered_total / safe_count
     variance = (centered_squares / safe_count - shift.square()).clamp(min=0.0)
