@@ -44,6 +44,23 @@ def response_mean(
     return per_response.sum() / responses
 
 
+def responses_with_valid_tokens(response_mask: torch.Tensor) -> torch.Tensor:
+    """The number of rows with at least one valid token: the responses of docs/contract.md
+    sections 3 and 5 (``sum_i [L_i > 0]``), the denominator of the response mean.
+
+    ``response_mask`` is ``(bs, response_length)``, padded or a jagged nested tensor (verl's
+    no-padding layout). Rows with ``L_i = 0`` (verl v1's padding rows, empty or aborted
+    responses) are not responses. Returns a 0-dim int64 tensor on the mask's device.
+    """
+    if response_mask.is_nested:
+        lengths = response_mask.offsets().diff()
+        rows = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+        valid = torch.zeros(lengths.numel(), dtype=torch.int64, device=lengths.device)
+        valid.index_add_(0, rows, response_mask.values().bool().long())
+        return (valid > 0).sum()
+    return (response_mask.bool().sum(dim=-1) > 0).sum()
+
+
 def clipped_surrogate(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,

@@ -16,8 +16,11 @@ logger ``verl_rfpp`` before it propagates. ``deactivate()`` undoes all of it (te
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
 import logging
 import os
+import sys
 from importlib import metadata
 from typing import Any, Callable, Optional
 
@@ -230,13 +233,9 @@ def activation_problem(name: str) -> Optional[str]:
     if registered_ours(name):
         return None
     bound = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
-    policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
-    allowed = {part.strip() for part in policy.split(",")}
-    if policy == "none" or (policy != "auto" and ENTRY_POINT not in allowed):
-        cause = (
-            f"the plugin is excluded by VERL_USE_EXTERNAL_PLUGINS={policy!r}; set it to 'auto' or "
-            f"add '{ENTRY_POINT}' to the list"
-        )
+    cause = exclusion_cause()
+    if cause is not None:
+        pass
     elif bound is None or getattr(bound, "__module__", "") == "verl.trainer.ppo.core_algos":
         cause = (
             "the verl_rfpp plugin did not load or failed while loading (verl hides plugin errors "
@@ -247,6 +246,30 @@ def activation_problem(name: str) -> Optional[str]:
             f"another plugin overrode it with {bound.__module__}.{bound.__qualname__}; uninstall "
             "it or exclude it through VERL_USE_EXTERNAL_PLUGINS"
         )
+    return (
+        f"verl_rfpp: verl's registry does not resolve {name!r} to verl-rfpp's estimator: {cause}. "
+        "Check with: verl-rfpp doctor"
+    )
+
+
+def exclusion_cause() -> Optional[str]:
+    """Why ``VERL_USE_EXTERNAL_PLUGINS`` keeps verl from loading this plugin, or ``None``."""
+    policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
+    allowed = {part.strip() for part in policy.split(",")}
+    if policy == "none" or (policy != "auto" and ENTRY_POINT not in allowed):
+        return (
+            f"the plugin is excluded by VERL_USE_EXTERNAL_PLUGINS={policy!r}; set it to 'auto' or "
+            f"add '{ENTRY_POINT}' to the list"
+        )
+    return None
+
+
+def not_loaded_problem(name: str) -> str:
+    """The activation problem of ``name`` when ``import verl`` did not load this module."""
+    cause = exclusion_cause() or (
+        "verl did not load it through its verl.plugins entry point; check that verl-rfpp is "
+        "installed in this environment"
+    )
     return (
         f"verl_rfpp: verl's registry does not resolve {name!r} to verl-rfpp's estimator: {cause}. "
         "Check with: verl-rfpp doctor"
@@ -297,6 +320,110 @@ def register_policy_loss() -> None:
     core_algos.register_policy_loss(validation.POLICY_LOSS_MODE)(rfpp_policy_loss)
 
 
+ENGINE_BASE = "verl.workers.engine.base"  # BaseEngine.train_batch: one optimizer step, every engine
+
+
+def _rfpp_actor_config(loss_function: Any) -> Any:
+    """The ``ActorConfig`` bound in verl's ``partial(ppo_loss, config=...)`` when its policy loss
+    is ``rfpp``; ``None`` for anything else (critic, SFT, other policy losses stay verl's)."""
+    config = (getattr(loss_function, "keywords", None) or {}).get("config")
+    policy = getattr(config, "policy_loss", None)
+    mode = policy.get("loss_mode", None) if policy is not None else None
+    return config if mode == validation.POLICY_LOSS_MODE else None
+
+
+def _counting_responses(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``BaseEngine.train_batch`` whose response-mean denominator counts responses only.
+
+    verl divides both loss terms of ``seq-mean-token-mean`` (our policy loss and the k2 loss in
+    ``agg_loss``) by ``global_batch_size = ppo_mini_batch_size * rollout.n``, which counts rows
+    with no valid token (v1's padding rows, empty or aborted responses): they add 0 to the sum,
+    so every response's weight, and the whole step's gradient, shrink by ``N / G``. Here,
+    for an ``rfpp`` actor loss only, ``global_batch_size`` becomes ``N``, the number of rows with
+    a valid token in this mini-batch over all data-parallel ranks (one scalar all-reduce), which
+    makes the accumulated gradient the contract's response mean (docs/contract.md section 5).
+    A mini-batch without any response keeps a zero loss (``N`` floored at 1, not 0/0).
+    """
+
+    @functools.wraps(original)
+    def train_batch(self: Any, data: Any, loss_function: Callable[..., Any]) -> Any:
+        if _rfpp_actor_config(loss_function) is not None:
+            import verl.utils.tensordict_utils as tu
+            from verl.utils.device import get_device_id
+
+            count = losses.responses_with_valid_tokens(data["response_mask"]).to(get_device_id())
+            if torch.distributed.is_initialized():
+                group = self.get_data_parallel_group()
+                torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.SUM, group=group)
+            tu.assign_non_tensor(data, global_batch_size=max(int(count.item()), 1))
+        return original(self, data, loss_function)
+
+    setattr(train_batch, MARKER, True)
+    return train_batch
+
+
+def _wrap_train_batch(engine_class: Any) -> None:
+    current = engine_class.train_batch
+    if getattr(current, MARKER, False):
+        return
+    _ORIGINALS["BaseEngine.train_batch"] = current
+    engine_class.train_batch = _counting_responses(current)
+
+
+class _PatchEngineOnImport(importlib.abc.MetaPathFinder):
+    """Wraps ``BaseEngine.train_batch`` right after verl's engine module is first imported.
+    Importing it from here would load every engine (FSDP, transformers) in each process that
+    imports verl; the workers that train import it anyway. One shot: it leaves ``sys.meta_path``
+    when it fires."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != ENGINE_BASE:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_patch(module: Any) -> None:
+            exec_module(module)
+            _wrap_train_batch(module.BaseEngine)
+
+        spec.loader.exec_module = exec_then_patch
+        return spec
+
+
+def _engine_hook() -> Optional[_PatchEngineOnImport]:
+    return next((finder for finder in sys.meta_path if isinstance(finder, _PatchEngineOnImport)), None)
+
+
+def patch_engine() -> None:
+    """Count responses in the ``rfpp`` loss's denominator (``_counting_responses``), now if verl's
+    engine module is loaded, else as soon as it is (idempotent)."""
+    if ENGINE_BASE in sys.modules:
+        _wrap_train_batch(sys.modules[ENGINE_BASE].BaseEngine)
+    elif _engine_hook() is None:
+        sys.meta_path.insert(0, _PatchEngineOnImport())
+
+
+def unpatch_engine() -> None:
+    """verl's own ``BaseEngine.train_batch`` (and denominator) again; drops a pending hook."""
+    hook = _engine_hook()
+    if hook is not None:
+        sys.meta_path.remove(hook)
+    original = _ORIGINALS.pop("BaseEngine.train_batch", None)
+    if original is not None and ENGINE_BASE in sys.modules:
+        sys.modules[ENGINE_BASE].BaseEngine.train_batch = original
+
+
+def engine_patched() -> bool:
+    """Whether ``BaseEngine.train_batch`` is ours, or will be when verl's engine is imported."""
+    if ENGINE_BASE in sys.modules:
+        return bool(getattr(sys.modules[ENGINE_BASE].BaseEngine.train_batch, MARKER, False))
+    return _engine_hook() is not None
+
+
 def hook_tracking() -> None:
     """Make ``Tracking.log`` merge the pending ``rfpp/`` metrics into every logged step."""
     from verl.utils.tracking import Tracking
@@ -326,6 +453,7 @@ def hooks_status() -> dict[str, bool]:
         core_algos.POLICY_LOSS_REGISTRY.get(validation.POLICY_LOSS_MODE) is rfpp_policy_loss
     )
     status["Tracking.log metrics hook"] = bool(getattr(Tracking.log, MARKER, False))
+    status["response-count denominator (engine train_batch)"] = engine_patched()
     return status
 
 
@@ -337,6 +465,7 @@ def activate() -> None:
         wrap_validate_config()
         register_estimators()
         register_policy_loss()
+        patch_engine()
         hook_tracking()
     except Exception:
         logger.exception(
@@ -363,6 +492,7 @@ def deactivate() -> None:
     if "Tracking.log" in _ORIGINALS:
         Tracking.log = _ORIGINALS.pop("Tracking.log")
     core_algos.POLICY_LOSS_REGISTRY.pop(validation.POLICY_LOSS_MODE, None)
+    unpatch_engine()
     _checked_in_process.clear()
 
 
