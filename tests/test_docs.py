@@ -144,3 +144,9 @@ def test_readme_one_liner_prints_the_plugin_module(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "verl_rfpp.plugin"
+
+
+def test_readme_states_the_torch_floor_of_pyproject() -> None:
+    """A GPU user reads the torch range in the README; pip applies the one in pyproject.toml."""
+    (torch,) = re.findall(r'(?m)^\s*"(torch[<>=!~][^"]*)",', (ROOT / "pyproject.toml").read_text())
+    assert f"torch `{torch[len('torch'):]}`" in (ROOT / "README.md").read_text()
