@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
 
 from verl_rfpp import losses
+from verl_rfpp.errors import RfppError
 from verl_rfpp.bandit.env import TabularBandit, advantages_from, draw_batch, entropy, sgd_step
 
 GRPO, RLOO = "grpo", "rloo"
@@ -27,10 +28,31 @@ class Scale:
     binary_steps: int
     learning_rates: tuple[float, ...]
     bias_trials: int
+    binary_grid: tuple[float, ...]
+    binary_max_rates: int
 
 
-FULL = Scale(seeds=5, noise_steps=100, binary_steps=60, learning_rates=(3.0, 10.0, 30.0, 100.0), bias_trials=4000)
-QUICK = Scale(seeds=2, noise_steps=20, binary_steps=15, learning_rates=(3.0, 30.0), bias_trials=300)
+FULL = Scale(seeds=5, noise_steps=100, binary_steps=60, learning_rates=(3.0, 10.0, 30.0, 100.0), bias_trials=4000,
+             binary_grid=(3.0, 10.0, 30.0, 100.0), binary_max_rates=12)
+QUICK = Scale(seeds=2, noise_steps=20, binary_steps=15, learning_rates=(3.0, 30.0), bias_trials=300,
+              binary_grid=(3.0, 30.0), binary_max_rates=4)
+
+# learning rates the binary grid is extended with: 1 and 3 times every power of ten
+LADDER = tuple(float(f"{m}e{e}") for e in range(-3, 9) for m in (1, 3))
+# pass-rate differences smaller than this count as flat (0.5 of one prompt's 0.9 / 256 swing)
+BINARY_TOLERANCE = 0.002
+# three consecutive ladder rates (a factor 10) within the tolerance of the best: a plateau
+PLATEAU_SPAN = 3
+# (result key, estimator, (prompts per step, samples per prompt)); the last row is a control:
+# REINFORCE++ with the group methods' batch shape
+BINARY_RUNS = (
+    (GRPO, GRPO, BATCH_SHAPE[GRPO]),
+    (RLOO, RLOO, BATCH_SHAPE[RLOO]),
+    (BASELINE, BASELINE, BATCH_SHAPE[BASELINE]),
+    (RFPP, RFPP, BATCH_SHAPE[RFPP]),
+    (RFPP + "_32x8", RFPP, (32, 8)),
+)
+BINARY_METHODS = (GRPO, RLOO, BASELINE, RFPP)
 
 
 def estimator(name: str) -> Callable:
@@ -41,12 +63,15 @@ def estimator(name: str) -> Callable:
 
 
 def train(env: TabularBandit, method: str, lr: float, steps: int, seed: int,
-          track: Callable[[torch.Tensor], dict]) -> list[dict]:
-    """On-policy training from zero logits; ``track(logits)`` after every step."""
+          track: Callable[[torch.Tensor], Any], batch_shape: Optional[tuple[int, int]] = None) -> list:
+    """On-policy training from zero logits; ``track(logits)`` after every step.
+
+    ``batch_shape`` is (prompts per step, samples per prompt), ``BATCH_SHAPE[method]`` by default.
+    """
     generator = torch.Generator().manual_seed(seed)
     logits = torch.zeros(env.quality.shape, dtype=torch.float64)
     fn = estimator(method)
-    prompts_per_step, samples = BATCH_SHAPE[method]
+    prompts_per_step, samples = batch_shape or BATCH_SHAPE[method]
     curve = []
     for _ in range(steps):
         prompt_ids, answers = draw_batch(logits, prompts_per_step, samples, generator)
@@ -112,24 +137,180 @@ def binary_environment(seed: int, prompts: int = 256, answers: int = 10) -> Tabu
     return TabularBandit(quality, 0.0)
 
 
+def _classify(means: Sequence[float], tolerance: float, span: int) -> tuple[str, Optional[str]]:
+    """Where the optimum of a curve over increasing rates stands: (status, side to extend or None).
+
+    A side of the best rate is resolved when a rate on it is worse than the best by more than
+    ``tolerance`` (the curve falls off) or when the ``span`` outermost rates on that side are all
+    within ``tolerance`` of the best (a plateau). Status: ``interior`` (falls off on both sides),
+    ``plateau`` (resolved, a plateau on one side), ``edge`` (a side is unresolved).
+    """
+    best_index = int(np.argmax(means))
+    best = means[best_index]
+    falls = [any(m < best - tolerance for m in part) for part in (means[:best_index], means[best_index + 1:])]
+    flat = [len(means) >= span and all(m >= best - tolerance for m in part)
+            for part in (means[:span], means[-span:])]
+    below, above = falls[0] or flat[0], falls[1] or flat[1]
+    if not above:
+        return "edge", "up"
+    if not below:
+        return "edge", "down"
+    return ("interior" if all(falls) else "plateau"), None
+
+
+def _next_rate(rates: Sequence[float], side: str) -> float:
+    """The next ``LADDER`` rate above the largest (``up``) or below the smallest (``down``)."""
+    if side == "up":
+        candidates = [lr for lr in LADDER if lr > max(rates) * (1 + 1e-9)]
+        if candidates:
+            return candidates[0]
+    else:
+        candidates = [lr for lr in LADDER if lr < min(rates) * (1 - 1e-9)]
+        if candidates:
+            return candidates[-1]
+    raise RfppError(f"the learning-rate ladder is exhausted going {side} from {sorted(rates)}: widen LADDER")
+
+
+def tune_learning_rate(evaluate: Callable[[float], Sequence[float]], initial: Sequence[float],
+                       tolerance: float = BINARY_TOLERANCE, max_rates: int = 12, span: int = PLATEAU_SPAN) -> dict:
+    """Extend the grid along ``LADDER`` until the best mean of ``evaluate(lr)`` (one value per seed)
+    is interior or on a plateau (see ``_classify``), or the grid holds ``max_rates`` rates.
+
+    Returns the grid, per-seed values, mean and sample std per rate (keys ``str(lr)``), the best
+    rate (largest mean), the smallest rate within ``tolerance`` of it, and the status.
+    """
+    per_seed = {float(lr): [float(v) for v in evaluate(float(lr))] for lr in initial}
+    while True:
+        rates = sorted(per_seed)
+        means = [float(np.mean(per_seed[lr])) for lr in rates]
+        status, side = _classify(means, tolerance, span)
+        if side is None or len(rates) >= max_rates:
+            break
+        new = _next_rate(rates, side)
+        per_seed[new] = [float(v) for v in evaluate(new)]
+    best = rates[int(np.argmax(means))]
+    best_mean = max(means)
+    return {
+        "grid": rates,
+        "pass_rate_by_lr": {str(lr): m for lr, m in zip(rates, means)},
+        "std_by_lr": {str(lr): _std(per_seed[lr]) for lr in rates},
+        "per_seed_by_lr": {str(lr): per_seed[lr] for lr in rates},
+        "best_lr": str(best),
+        "pass_rate": best_mean,
+        "pass_rate_std": _std(per_seed[best]),
+        "near_best_from_lr": str(next(lr for lr, m in zip(rates, means) if m >= best_mean - tolerance)),
+        "status": status,
+    }
+
+
+def _std(values: Sequence[float]) -> float:
+    """Sample standard deviation over seeds (0 for a single seed)."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def binary_rewards(scale: Scale, progress: Optional[Callable] = None) -> dict:
-    """Experiment 2: final expected pass rate, learning rate tuned per method on the grid."""
+    """Experiment 2: final expected pass rate per method, learning rate tuned by ``tune_learning_rate``.
+
+    Each method's entry also compares it, seed by seed at both best rates, with the method of the
+    highest tuned pass rate (``vs_top``); a mean paired difference under the tolerance is a tie.
+    """
     results: dict = {}
-    for method in (GRPO, RLOO, BASELINE, RFPP):
-        per_lr = {}
-        for lr in scale.learning_rates:
+    for key, method, shape in BINARY_RUNS:
+        def evaluate(lr: float, method=method, shape=shape) -> list[float]:
             finals = []
             for seed in range(scale.seeds):
                 env = binary_environment(seed)
                 curve = train(env, method, lr, scale.binary_steps, seed,
-                              lambda logits, env=env: env.expected_quality(logits).mean().item())
+                              lambda logits, env=env: env.expected_quality(logits).mean().item(), batch_shape=shape)
                 finals.append(curve[-1])
                 if progress:
                     progress()
-            per_lr[str(lr)] = float(np.mean(finals))
-        best_lr = max(per_lr, key=per_lr.get)
-        results[method] = {"best_lr": best_lr, "pass_rate": per_lr[best_lr], "by_lr": per_lr}
+            return finals
+
+        tuned = tune_learning_rate(evaluate, scale.binary_grid, BINARY_TOLERANCE, scale.binary_max_rates)
+        results[key] = {"estimator": method, "batch_shape": list(shape), **tuned}
+    top = max(BINARY_METHODS, key=lambda m: results[m]["pass_rate"])
+    top_finals = np.array(results[top]["per_seed_by_lr"][results[top]["best_lr"]])
+    for key, cell in results.items():
+        diff = np.array(cell["per_seed_by_lr"][cell["best_lr"]]) - top_finals
+        cell["vs_top"] = {"method": top, "paired_diff_mean": float(diff.mean()), "paired_diff_std": _std(diff),
+                          "ties": bool(abs(diff.mean()) < BINARY_TOLERANCE)}
     return results
+
+
+KL_VARIANTS = ("k2", "k3", "k3_verl")
+# the reference of the collapsed-token regime: token 0 (x*) is the one it favours
+COLLAPSE_REFERENCE = (0.5, 0.2, 0.15, 0.1, 0.05)
+COLLAPSE_POLICY_PROBS = (0.3, 0.1, 0.03, 0.01, 1e-3, 1e-4)
+RANDOM_DIRECTION_DISTANCES = (0.1, 0.3, 1.0, 2.0, 4.0)
+# verl's low_var_kl clamps log(pi_ref / pi) to [-20, 20] and the estimate to [-10, 10]
+VERL_LOG_RATIO_CLAMP, VERL_VALUE_CLAMP = 20.0, 10.0
+
+
+def k3_unclamped(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 without clamps, ``r - 1 - log r`` with ``r = pi_ref / pi_theta``.
+
+    Used as a loss on x ~ pi its gradient is ``(1 - r(x)) grad log pi(x)``, whose expectation is
+    ``sum_x (pi(x) - pi_ref(x)) grad log pi(x)``: the gradient of the forward KL(pi_ref || pi).
+    """
+    log_ratio = ref_log_prob - log_prob
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def verl_clamped(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """True where verl's ``low_var_kl`` clamps (value or log-ratio), i.e. where its gradient is 0."""
+    log_ratio = ref_log_prob - log_prob
+    return (log_ratio.abs() > VERL_LOG_RATIO_CLAMP) | (k3_unclamped(log_prob, ref_log_prob) > VERL_VALUE_CLAMP)
+
+
+def verl_clamp_ratios() -> tuple[float, float]:
+    """The importance weights ``r = pi_ref / pi`` where ``r - 1 - log r`` reaches verl's value clamp
+    (10), by bisection: below the first or above the second verl's ``low_var_kl`` has gradient 0."""
+
+    def solve(lo: float, hi: float) -> float:
+        excess = lambda r: r - 1.0 - math.log(r) - VERL_VALUE_CLAMP  # noqa: E731
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if (excess(mid) > 0) == (excess(lo) > 0) else (lo, mid)
+        return 0.5 * (lo + hi)
+
+    return solve(1e-12, 1.0), solve(1.0, 1e3)
+
+
+def kl_gradient_moments(logits: torch.Tensor, ref_log_prob: torch.Tensor) -> dict:
+    """Exact moments, by enumerating the categorical (float64), of each KL estimator used as a loss.
+
+    For a sample x ~ pi (pi held fixed) an estimator ``k(x)`` contributes ``g(x) = grad k(x)`` with
+    respect to the logits. Returns the reverse-KL gradient ``grad KL(pi || pi_ref)``, the
+    forward-KL gradient ``grad KL(pi_ref || pi)``, and per estimator (``k1``, ``k2`` as
+    ``losses.k2_penalty`` (docs/contract.md section 3.5), ``k3`` unclamped, ``k3_verl`` as verl's
+    ``core_algos.kl_penalty(..., "low_var_kl")``) the expected gradient ``sum_x pi(x) g(x)`` and
+    the single-sample variance ``sum_x pi(x) |g(x) - E g|^2``.
+    """
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    logits = logits.detach().to(torch.float64).requires_grad_(True)
+    ref_log_prob = ref_log_prob.detach().to(torch.float64)
+    log_pi = torch.log_softmax(logits, dim=0)
+    pi = log_pi.exp()
+    reverse = torch.autograd.grad((pi * (log_pi - ref_log_prob)).sum(), logits, retain_graph=True)[0]
+    forward = torch.autograd.grad((ref_log_prob.exp() * (ref_log_prob - log_pi)).sum(), logits,
+                                  retain_graph=True)[0]
+    per_sample = {
+        "k1": log_pi - ref_log_prob,
+        "k2": losses.k2_penalty(log_pi, ref_log_prob),
+        "k3": k3_unclamped(log_pi, ref_log_prob),
+        "k3_verl": kl_penalty(log_pi, ref_log_prob, "low_var_kl"),
+    }
+    weights = pi.detach()
+    expected, variance = {}, {}
+    for name, values in per_sample.items():
+        grads = torch.stack([torch.autograd.grad(values[x], logits, retain_graph=True)[0]
+                             for x in range(logits.shape[0])])
+        expected[name] = (weights[:, None] * grads).sum(dim=0)
+        variance[name] = float((weights * (grads - expected[name]).square().sum(dim=1)).sum())
+    return {"reverse": reverse, "forward": forward, "expected": expected, "variance": variance,
+            "clamped_tokens": int(verl_clamped(log_pi.detach(), ref_log_prob).sum())}
 
 
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -137,54 +318,58 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a @ b) / denominator) if denominator > 0 else float("nan")
 
 
-def kl_estimators(distances=(0.1, 0.3, 1.0, 2.0, 4.0), tokens: int = 5) -> dict:
-    """Experiment 3: expected gradients of k1/k2/k3 used as losses, by exact enumeration (float64).
+def _kl_regime(points: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+    """Per point: the estimators' expected gradients against the reverse/forward ones, variances."""
+    keys = ("cos_reverse", "norm_ratio_reverse", "cos_forward", "norm_ratio_forward", "sample_var")
+    out: dict = {"reverse_norm": [], "forward_norm": [], "k1_grad_norm": [], "verl_clamped_tokens": [],
+                 **{name: {key: [] for key in keys} for name in KL_VARIANTS}}
+    for logits, ref_log_prob in points:
+        moments = kl_gradient_moments(logits, ref_log_prob)
+        reverse, forward = moments["reverse"], moments["forward"]
+        out["reverse_norm"].append(float(reverse.norm()))
+        out["forward_norm"].append(float(forward.norm()))
+        out["k1_grad_norm"].append(float(moments["expected"]["k1"].norm()))
+        out["verl_clamped_tokens"].append(moments["clamped_tokens"])
+        for name in KL_VARIANTS:
+            g = moments["expected"][name]
+            row = out[name]
+            row["cos_reverse"].append(_cosine(g, reverse))
+            row["norm_ratio_reverse"].append(float(g.norm() / reverse.norm()))
+            row["cos_forward"].append(_cosine(g, forward))
+            row["norm_ratio_forward"].append(float(g.norm() / forward.norm()))
+            row["sample_var"].append(moments["variance"][name])
+    return out
 
-    For a sample x ~ pi, an estimator ``k(x)`` used as a loss contributes ``grad k(x)``; its
-    expectation is ``sum_x pi(x) * grad k(x)`` with ``pi(x)`` held fixed.
+
+def collapsed_token_policy(policy_prob: float, reference: Sequence[float] = COLLAPSE_REFERENCE):
+    """(policy logits, reference log-probabilities): the policy has pushed token 0 (x*, the one the
+    reference favours) down to ``policy_prob`` and spread the freed mass evenly over the others."""
+    ref = torch.tensor(reference, dtype=torch.float64)
+    pi = ref.clone()
+    pi[0] = policy_prob
+    pi[1:] += (ref[0] - policy_prob) / (len(reference) - 1)
+    return pi.log(), ref.log()
+
+
+def kl_estimators(distances: Sequence[float] = RANDOM_DIRECTION_DISTANCES, tokens: int = 5,
+                  policy_probs: Sequence[float] = COLLAPSE_POLICY_PROBS) -> dict:
+    """Experiment 3: k2, unclamped k3 and verl's clamped k3 as losses, exact moments, two regimes.
+
+    ``random_direction``: a random reference over ``tokens`` tokens, the policy moved from it by
+    ``distance`` along one random unit direction of the logits. ``collapsed_token``: see
+    ``collapsed_token_policy``.
     """
-    from verl.trainer.ppo.core_algos import kl_penalty
-
     generator = torch.Generator().manual_seed(0)
     direction = torch.randn(tokens, generator=generator, dtype=torch.float64)
     direction /= direction.norm()
     ref_logits = torch.randn(tokens, generator=generator, dtype=torch.float64)
     ref_log = torch.log_softmax(ref_logits, dim=0)
-    out = {key: [] for key in ("distance", "k2_vs_reverse_cos", "k2_vs_reverse_norm_ratio", "k3_vs_forward_cos",
-                               "k3_vs_reverse_cos", "k3_vs_reverse_norm_ratio", "k1_grad_norm")}
-    far = {}
-    for distance in distances:
-        logits = (ref_logits + distance * direction).requires_grad_(True)
-        log_pi = torch.log_softmax(logits, dim=0)
-        pi = log_pi.exp()
-        reverse = torch.autograd.grad((pi * (log_pi - ref_log)).sum(), logits, retain_graph=True)[0]
-        forward = torch.autograd.grad((ref_log.exp() * (ref_log - log_pi)).sum(), logits, retain_graph=True)[0]
-        per_sample = {
-            "k1": log_pi - ref_log,
-            "k2": losses.k2_penalty(log_pi, ref_log),
-            "k3": kl_penalty(log_pi, ref_log, "low_var_kl"),
-        }
-        grads = {
-            name: torch.stack([torch.autograd.grad(values[x], logits, retain_graph=True)[0] for x in range(tokens)])
-            for name, values in per_sample.items()
-        }
-        weights = pi.detach()[:, None]
-        expected = {name: (weights * g).sum(dim=0) for name, g in grads.items()}
-        out["distance"].append(distance)
-        out["k2_vs_reverse_cos"].append(_cosine(expected["k2"], reverse))
-        out["k2_vs_reverse_norm_ratio"].append(float(expected["k2"].norm() / reverse.norm()))
-        out["k3_vs_forward_cos"].append(_cosine(expected["k3"], forward))
-        out["k3_vs_reverse_cos"].append(_cosine(expected["k3"], reverse))
-        out["k3_vs_reverse_norm_ratio"].append(float(expected["k3"].norm() / reverse.norm()))
-        out["k1_grad_norm"].append(float(expected["k1"].norm()))
-        far = {
-            name: float((weights * (grads[name] - expected[name]).square()).sum())
-            for name in ("k2", "k3")
-        }
-    out["k2_sample_var"] = far["k2"]
-    out["k3_sample_var"] = far["k3"]
-    out["far_distance"] = distances[-1]
-    return out
+    random_direction = {"tokens": tokens, "distance": list(distances),
+                        **_kl_regime([(ref_logits + d * direction, ref_log) for d in distances])}
+    collapsed = {"reference": list(COLLAPSE_REFERENCE), "policy_prob": list(policy_probs),
+                 "importance_weight": [COLLAPSE_REFERENCE[0] / p for p in policy_probs],
+                 **_kl_regime([collapsed_token_policy(p) for p in policy_probs])}
+    return {"random_direction": random_direction, "collapsed_token": collapsed}
 
 
 def normalization_bias(scale: Scale, p: float = 0.3, group_sizes=(2, 4, 8), groups_per_batch=(1, 4, 16, 64),
