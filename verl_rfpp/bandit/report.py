@@ -166,7 +166,8 @@ def _report(results: dict) -> str:
              f"Run time {timing['wall_s']:.0f} s wall, {timing['cpu_s']:.0f} s CPU (one torch thread) on a "
              f"{timing['cpu_count']}-core machine whose 1-minute load average was {timing['load_average_1min'][0]:.1f} "
              f"at the start and {timing['load_average_1min'][1]:.1f} at the end (other jobs). "
-             "Schema of `results.json`: [results-schema.md](results-schema.md).", "", "## 1. Noise amplification", "",
+             "Schema of `results.json`: [results-schema.md](results-schema.md).", "", *_headline(results), "",
+             "## 1. Noise amplification", "",
              f"256 prompts x 10 answers, half flat; reward noise N(0, 0.1^2). Best achievable quality "
              f"on informative prompts: {results['noise_best_quality']:.3f}. Flat-prompt entropy starts "
              f"at ln 10 = {results['noise_initial_flat_entropy']:.3f}.", "",
@@ -182,8 +183,42 @@ def _report(results: dict) -> str:
         for k, rows in results["bias"][name].items():
             for batch, cell in rows.items():
                 lines.append(f"| {name} | {k} | {batch} | {cell['given_0']:+.3f} | {cell['given_1']:+.3f} |")
-    lines += ["", "Numbers are as measured; conclusions are in the README's \"Why REINFORCE++\" section.", ""]
+    lines += ["", "Numbers are as measured; what they mean for the method: docs/bandit.md.", ""]
     return "\n".join(lines)
+
+
+def _headline(results: dict) -> list[str]:
+    """A few lines with the run's main numbers, each from results.json."""
+    noise, lr = results["noise"], list(results["noise"][ex.GRPO])[-1]
+    binary = {key: cell for key, cell in results["binary"].items() if key in LABELS}
+    groups = _tie_groups(binary, results["binary_settings"]["tolerance"])
+    top = binary[groups[0][0]]
+    ct, rd = results["kl"]["collapsed_token"], results["kl"]["random_direction"]
+    tiny = len(ct["policy_prob"]) - 1
+    return [
+        "Headline:", "",
+        f"- Noise amplification, lr {lr}: flat-prompt entropy (start {results['noise_initial_flat_entropy']:.3f}) "
+        + ", ".join(f"{LABELS[m]} {noise[m][lr]['flat_entropy']:.3f}" for m in noise)
+        + "; quality on informative prompts (best achievable " + f"{results['noise_best_quality']:.3f}) "
+        + ", ".join(f"{LABELS[m]} {noise[m][lr]['quality']:.3f}" for m in noise) + ".",
+        "- Binary rewards, learning rate tuned per method (optimum status: "
+        + ", ".join(sorted({c["status"] for c in binary.values()})) + "): "
+        + "; ".join(", ".join(LABELS[k] for k in group) + (" tie at " if len(group) > 1 else " at ")
+                    + f"{binary[group[0]]['pass_rate']:.4f} +- {binary[group[0]]['pass_rate_std']:.4f}"
+                    + (f" (mean per-seed difference to the top {_paired_gap(binary[group[0]], top):+.4f})"
+                       if group != groups[0] else "")
+                    for group in groups)
+        + "".join(f"; control {_label(k, c)} at {c['pass_rate']:.4f} +- {c['pass_rate_std']:.4f}"
+                  for k, c in results["binary"].items() if k not in LABELS) + ".",
+        "- KL losses: k2's expected gradient is the reverse-KL gradient and unclamped k3's the forward-KL gradient, "
+        "both exactly. k3's variance is below k2's only near the reference (up to distance "
+        f"{_lower_until(rd, 'distance')}); "
+        f"with a reference-favoured token pushed to pi_theta(x*) = {ct['policy_prob'][tiny]:g} "
+        f"(pi_ref(x*) = {ct['reference'][0]}) it is {ct['k3']['sample_var'][tiny]:.4g} against k2's "
+        f"{ct['k2']['sample_var'][tiny]:.3g}. verl's clamped low_var_kl bounds it "
+        f"({ct['k3_verl']['sample_var'][tiny]:.3g}) by dropping that token's gradient, and with it the pull back "
+        f"toward the reference (cosine {ct['k3_verl']['cos_forward'][tiny]:.3f} with the forward-KL gradient).",
+    ]
 
 
 def _binary_section(results: dict) -> list[str]:
