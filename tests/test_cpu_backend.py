@@ -169,3 +169,13 @@ def test_progress_line_shows_reward_kl_adv_std_and_seconds():
     assert demo.progress_line(3, 40, metrics) == "step  3/40  reward 0.250  kl_loss 0.00123  adv_std 1.000  2.4 s"
     rfpp = {"critic/score/mean": 0.25, "actor/reward_kl_penalty": 0.002}
     assert demo.progress_line(3, 9, rfpp) == "step 3/9  reward 0.250  kl_in_reward 0.00200  adv_std -  - s"
+
+
+def test_help_is_plain_text(capsys):
+    from verl_rfpp import cli
+
+    for command in ([], ["demo"], ["curves"]):
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        text = capsys.readouterr().out
+        assert "usage: verl-rfpp" in text and "``" not in text

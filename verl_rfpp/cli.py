@@ -33,10 +33,9 @@ def _doctor(args: argparse.Namespace) -> int:
     for name, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'}  {name.ljust(width)}")
     if not loaded:
-        print(f"\nverl did not load the plugin (VERL_USE_EXTERNAL_PLUGINS="
-              f"{os.getenv('VERL_USE_EXTERNAL_PLUGINS', 'auto')!r}); its pieces were not checked.")
+        print("\nverl did not load the plugin; its pieces were not checked.")
     for name in plugin.ESTIMATORS:
-        problem = plugin.activation_problem(name) if loaded else None
+        problem = plugin.activation_problem(name) if loaded else plugin.not_loaded_problem(name)
         if problem:
             print(f"\n{problem}")
     healthy = all(checks.values())
@@ -71,22 +70,82 @@ def compose_verl_config(overrides: Sequence[str]):
         return compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
+CHECK_EXIT_CODES = """exit status:
+  0  the config runs the estimator as docs/contract.md defines it (or selects none of ours)
+  1  violations, a misspelt estimator name, or verl would not run our estimator (activation)
+  3  Hydra cannot compose the overrides with verl's ppo_trainer config (unknown key, bad syntax)"""
+
+
+def _composition_error(error: Exception, overrides: Sequence[str]) -> str:
+    """One short message for a Hydra error: the override it names (or fails to parse) and why."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    culprit = None
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except Exception:  # noqa: BLE001 (Hydra's grammar errors have no common public base)
+            culprit = override
+            break
+        key = override.split("=", 1)[0].lstrip("+~")
+        if culprit is None and f"'{key}'" in str(error):
+            culprit = override
+    reason = " ".join(str(error).split())
+    if error.__cause__ is not None:
+        reason += f" ({' '.join(str(error.__cause__).split()[:12])})"
+    where = f"in override {culprit!r}" if culprit else "in the overrides"
+    return f"verl-rfpp check: Hydra cannot compose verl's ppo_trainer config {where}: {reason}"
+
+
 def _check(args: argparse.Namespace) -> int:
     """Compose verl's config with the overrides and print the contract's verdict."""
-    config = compose_verl_config(args.overrides)
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        config = compose_verl_config(args.overrides)
+    except (HydraException, OmegaConfBaseException) as error:
+        print(_composition_error(error, args.overrides))
+        return 3
     estimator = validation.estimator_of(config)
     if estimator is None:
-        print(f"algorithm.adv_estimator={config.algorithm.adv_estimator}: not a verl-rfpp estimator; "
-              "verl-rfpp does not touch this run.")
+        name = config.algorithm.adv_estimator
+        meant = validation.near_miss(name)
+        if meant is not None and not _registered_in_verl(name):
+            print(f"algorithm.adv_estimator={name} is not an estimator verl knows; did you mean {meant}?\n"
+                  f"Fix: algorithm.adv_estimator={meant}")
+            return 1
+        print(f"algorithm.adv_estimator={name}: not a verl-rfpp estimator; verl-rfpp does not touch this run.")
         return 0
     found = validation.violations(config)
     if found:
         print(validation.ConfigViolationError(estimator, found))
         return 1
+    problem = _activation_problem(estimator)
+    if problem is not None:
+        print(problem)
+        return 1
     for note in validation.warnings_for(config):
         print(f"warning: {note}")
     print(f"OK: this config runs {estimator} as docs/contract.md defines it.")
     return 0
+
+
+def _registered_in_verl(name: str) -> bool:
+    from verl.trainer.ppo import core_algos
+
+    return name in core_algos.ADV_ESTIMATOR_REGISTRY
+
+
+def _activation_problem(estimator: str) -> Optional[str]:
+    """Whether ``main_ppo`` in this environment would run our ``estimator`` (doctor's wording)."""
+    import verl  # noqa: F401  (loads the verl.plugins entry points, as main_ppo's import does)
+
+    loaded = PLUGIN_MODULE in sys.modules
+    from verl_rfpp import plugin
+
+    return plugin.activation_problem(estimator) if loaded else plugin.not_loaded_problem(estimator)
 
 
 def _bandit(args: argparse.Namespace) -> int:
@@ -203,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--estimator", choices=validation.ESTIMATOR_NAMES, default="reinforce_plus_plus_baseline")
     demo.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of v1")
     demo.add_argument("--steps", type=int, default=3, help="training steps (40 show learning; default 3)")
-    demo.add_argument("--ranks", type=int, default=1, choices=(1, 2, 4),
+    demo.add_argument("--ranks", type=int, default=1, choices=(1, 2),
                       help="FSDP ranks: training processes sharing each batch (gloo)")
     demo.add_argument("--seed", type=int, default=0, help="data order and sampling seed")
     demo.add_argument("--multi-turn", action="store_true",
@@ -219,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     curves.set_defaults(handler=_curves)
     doctor = commands.add_parser("doctor", help="check that verl runs verl-rfpp's estimators")
     doctor.set_defaults(handler=_doctor)
-    check = commands.add_parser("check", help="validate Hydra overrides against the contract")
+    check = commands.add_parser("check", help="validate Hydra overrides against the contract",
+                                epilog=CHECK_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("overrides", nargs="*", help="Hydra overrides, as given to main_ppo")
     check.set_defaults(handler=_check)
     bandit = commands.add_parser("bandit", help="CPU toy experiments on REINFORCE++'s claims")

@@ -93,6 +93,7 @@ def judge(estimator: str, result: RunResult, steps: int, ranks: int = 1) -> Verd
     for fields in trace.lines_of(result.trace, "weights"):
         servers.setdefault(fields["pid"], []).append(float(fields["abs_sum"]))
     facts["syncs"] = min((len(sums) for sums in servers.values()), default=0)
+    facts["servers"] = len(servers)
     stale = [pid for pid, sums in servers.items() if len(sums) < len(result.steps) + 1 or len(set(sums)) != len(sums)]
     if not servers or stale:
         problems.append(f"a rollout server did not receive new weights after every update ({facts['syncs']} "
@@ -116,33 +117,44 @@ def summary(estimator: str, result: RunResult, verdict: Verdict, steps: int, ran
     lines = ["", "What happened:"]
     if facts.get("calls"):
         tokens = facts["valid_tokens"]
+        counts = (", ".join(map(str, tokens)) if len(tokens) <= 5 or not tokens
+                  else str(tokens[0]) if min(tokens) == max(tokens) else f"{min(tokens)} to {max(tokens)}")
         lines.append(
             f"- verl's driver process (pid {', '.join(map(str, facts['call_pids']))}) asked verl-rfpp's {estimator} "
-            f"for the advantages {facts['calls']} times, once per step: the rewards of all "
-            f"{tokens[0] if tokens else '?'} response tokens of a step normalized together, in one place.")
+            f"for the advantages once per step ({facts['calls']} calls), each time over all the step's valid "
+            f"response tokens at once ({counts} tokens), whatever rank trains on them.")
     if facts.get("rank_tokens"):
         ranks_text = ", ".join(f"rank {rank}: {count}" for rank, count in facts["rank_tokens"].items())
-        lines.append(f"- {len(facts['rank_tokens'])} training process(es) (FSDP ranks, gloo) updated the model, "
-                     f"each on its share of every batch (response tokens trained on, {ranks_text}).")
+        if len(facts["rank_tokens"]) == 1:
+            lines.append(f"- One training process (FSDP) updated the model on every batch ({ranks_text} "
+                         f"response tokens in all).")
+        else:
+            lines.append(f"- {len(facts['rank_tokens'])} training processes (FSDP ranks, gloo) each updated the "
+                         f"model on their share of every batch (response tokens in all: {ranks_text}).")
     if facts.get("holes"):
         lines.append(f"- {facts['holes']} trained responses had tool output inside them (tokens masked out of "
                      f"the loss and of the advantage statistics: interior holes in response_mask).")
     if facts.get("syncs"):
-        lines.append(f"- The sampling server received the updated weights {facts['syncs']} times, different each "
-                     f"time: the model that answers is the model being trained.")
+        servers = "server" if facts["servers"] == 1 else f"servers ({facts['servers']}, one per rank)"
+        lines.append(f"- The sampling {servers} received the updated weights {facts['syncs']} times, different "
+                     f"each time: the model that answers is the model being trained.")
     if "reward_first" in facts:
-        window = min(WINDOW, len(result.steps))
-        lines.append(f"- Reward (0 to 2: the share of digits in the answer, +1 when the first one is the "
-                     f"prompt's digit): {facts['reward_first']:.2f} over the first {window} steps, "
-                     f"{facts['reward_last']:.2f} over the last {window}.")
+        meaning = "0 to 2: the share of digits in the answer, +1 when the first one is the prompt's digit"
+        if len(result.steps) < 2 * WINDOW:
+            rewards = ", ".join(f"{metrics[REWARD]:.2f}" for _, metrics in sorted(result.steps.items())
+                                if REWARD in metrics)
+            lines.append(f"- Reward per step ({meaning}): {rewards}.")
+        else:
+            lines.append(f"- Reward ({meaning}): {facts['reward_first']:.2f} over the first {WINDOW} steps, "
+                         f"{facts['reward_last']:.2f} over the last {WINDOW}.")
         if len(result.steps) < LEARNING_STEPS:
             lines.append(f"  {len(result.steps)} steps are too few to see learning; "
                          f"`verl-rfpp demo --steps 40` shows it (about 0.2 rising to about 1).")
     if log_hint:
         lines.append(f"- {log_hint}")
     if verdict.passed:
-        lines.append(f"PASS: verl's {trainer} trainer ran {steps} steps on {ranks} rank(s) with verl-rfpp's "
-                     f"{estimator}, and every check held.")
+        lines.append(f"PASS: verl's {trainer} trainer ran {steps} steps on {ranks} rank{'s' if ranks > 1 else ''} "
+                     f"with verl-rfpp's {estimator}, and every check held.")
     else:
         lines.append("FAIL: " + "; ".join(verdict.problems) + ".")
     return "\n".join(lines)
