@@ -1,7 +1,7 @@
 """One data-parallel rank of the gradient-equivalence tests (docs/contract.md section 5).
 
 Run as ``python gradient_worker.py SPEC.json RANK``. The rank joins a gloo group through a file
-rendezvous (60 s timeout on every collective), switches on the opt-in CPU backend exactly as
+rendezvous (a 180 s timeout on every collective), switches on the opt-in CPU backend exactly as
 ``verl-rfpp demo`` does, and for each scenario of the spec:
 
 1. composes verl's real ``ppo_trainer`` config (our recipe + the scenario's overrides);
@@ -101,8 +101,9 @@ def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -
 
     def observe_optimizer_step():
         parts = [None] * world
-        dist.all_gather_object(parts, steps[-1]["log_probs"])
-        steps[-1]["log_probs"] = {row: values for part in parts for row, values in part.items()}
+        dist.all_gather_object(parts, (steps[-1]["log_probs"], steps[-1]["micro"]))
+        steps[-1]["log_probs"] = {row: values for part, _ in parts for row, values in part.items()}
+        steps[-1]["micro"] = [micro for _, micro in parts]  # per rank
         names = [name for name, _ in module.named_parameters()]
         grads = {n: _full(p.grad).detach().double().numpy().copy() for n, p in module.named_parameters()}
         params = {n: _full(p).detach().double().numpy().copy() for n, p in module.named_parameters()}
@@ -161,7 +162,7 @@ def main() -> None:
 
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{spec['init_file']}", rank=rank,
-                                world_size=world, timeout=timedelta(seconds=60))
+                                world_size=world, timeout=timedelta(seconds=180))
         import verl  # noqa: F401  (loads the verl_rfpp plugin through its entry point)
         import verl_rfpp.cpu  # noqa: F401  (the CPU platform and patches, as VERL_USE_EXTERNAL_MODULES does)
 

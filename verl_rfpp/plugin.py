@@ -7,6 +7,8 @@ calls), in every process that imports verl. Importing it, once and idempotently:
   Ray starts (docs/contract.md section 6) and fails when our estimators are not the ones registered;
 - replaces verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` registry entries;
 - registers the ``rfpp`` policy loss (the plain clipped surrogate, docs/contract.md section 5);
+- makes the ``rfpp`` actor loss's response mean divide by the mini-batch's responses, not by
+  verl's row count (``BaseEngine.train_batch``, wrapped when verl's engine module is imported);
 - hooks ``Tracking.log`` so the ``rfpp/`` metrics reach verl's loggers (docs/contract.md section 7).
 
 verl swallows plugin load errors at DEBUG level, so every failure here is logged at ERROR on
@@ -41,6 +43,7 @@ TRACE_ENV = "VERL_RFPP_TRACE"  # a file path: one line per estimator call (name,
 
 _ORIGINALS: dict[str, Any] = {}
 _checked_in_process: set[str] = set()
+_logged_once: set[str] = set()
 
 
 class ActivationError(RfppError):
@@ -355,7 +358,16 @@ def _counting_responses(original: Callable[..., Any]) -> Callable[..., Any]:
             if torch.distributed.is_initialized():
                 group = self.get_data_parallel_group()
                 torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.SUM, group=group)
-            tu.assign_non_tensor(data, global_batch_size=max(int(count.item()), 1))
+            responses = max(int(count.item()), 1)
+            rows = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
+            if rows is not None and responses != rows and "response count" not in _logged_once:
+                _logged_once.add("response count")
+                logger.info(
+                    "verl_rfpp: this mini-batch holds %d responses in %s rows (rows without a valid "
+                    "token: padding or empty responses); the rfpp actor loss divides by %d, not by "
+                    "verl's global_batch_size=%s (docs/contract.md section 5)", responses, rows,
+                    responses, rows)
+            tu.assign_non_tensor(data, global_batch_size=responses)
         return original(self, data, loss_function)
 
     setattr(train_batch, MARKER, True)
