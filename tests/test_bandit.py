@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -228,3 +229,12 @@ def test_quick_run_writes_the_schema(tmp_path):
     assert set(results["bias"]) >= {"per_group", "global"}
     for name in ("noise_quality.png", "noise_flat_entropy.png", "kl_estimators.png", "binary_lr.png", "report.md"):
         assert (tmp_path / name).stat().st_size > 0
+    # every key the run writes is documented
+    schema = (Path(__file__).resolve().parents[1] / "docs" / "bandit" / "results-schema.md").read_text()
+    keys = set(results) | set(results["timing"]) | set(results["binary_settings"]) | set(results["kl"]["verl_clamp"])
+    keys |= {k for cell in results["binary"].values() for k in cell} | {k for k in results["binary"]}
+    keys |= {k for cell in results["binary"].values() for k in cell["vs_top"]}
+    for regime in ("random_direction", "collapsed_token"):
+        keys |= set(results["kl"][regime]) | set(results["kl"][regime]["k3"])
+    undocumented = sorted(k for k in keys if f"`{k}`" not in schema)
+    assert not undocumented, f"results-schema.md lacks {undocumented}"
