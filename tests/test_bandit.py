@@ -137,6 +137,19 @@ def test_verls_clamp_drops_the_collapsed_tokens_gradient_by_hand():
     assert moments["clamped_tokens"] == 1
 
 
+def test_verls_clamp_removes_exactly_the_collapsed_tokens_term():
+    # only x* = token 0 is clamped (r = 500): E g = (pi - pi_ref) - (pi_0 - pi_ref_0)(e_0 - pi)
+    logits, ref_log = ex.collapsed_token_policy(1e-3)
+    moments = ex.kl_gradient_moments(logits, ref_log)
+    pi, ref = torch.softmax(logits, dim=0), ref_log.exp()
+    e0 = torch.zeros(5, dtype=torch.float64)
+    e0[0] = 1.0
+    expected = (pi - ref) - (pi[0] - ref[0]) * (e0 - pi)
+    assert moments["clamped_tokens"] == 1
+    assert torch.allclose(moments["expected"]["k3_verl"], expected, rtol=0, atol=1e-14)
+    assert math.isclose(float(moments["expected"]["k3_verl"][0]), float(pi[0] * (pi[0] - ref[0])), rel_tol=1e-9)
+
+
 def test_verl_clamp_ratios_are_where_verls_gradient_vanishes():
     from verl.trainer.ppo.core_algos import kl_penalty
 
