@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from verl_rfpp.bandit import env as bandit_env
@@ -208,6 +209,14 @@ def test_tuning_stops_on_a_plateau_and_at_the_cap():
     evaluate, calls = _recording(lambda lr: lr)
     tuned = ex.tune_learning_rate(evaluate, (3.0, 10.0), tolerance=0.002, max_rates=4)
     assert calls == [3.0, 10.0, 30.0, 100.0] and tuned["status"] == "edge" and tuned["best_lr"] == "100.0"
+
+
+def test_tuning_refuses_an_empty_or_non_positive_grid():
+    from verl_rfpp.errors import RfppError
+
+    for initial in ((), (0.0, 10.0), (-1.0,)):
+        with pytest.raises(RfppError, match="positive initial learning rate"):
+            ex.tune_learning_rate(lambda lr: [1.0], initial)
 
 
 def test_quick_run_writes_the_schema(tmp_path):

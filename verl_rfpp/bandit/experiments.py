@@ -179,6 +179,8 @@ def tune_learning_rate(evaluate: Callable[[float], Sequence[float]], initial: Se
     Returns the grid, per-seed values, mean and sample std per rate (keys ``str(lr)``), the best
     rate (largest mean), the smallest rate within ``tolerance`` of it, and the status.
     """
+    if not initial or any(not lr > 0 for lr in initial):
+        raise RfppError(f"tune_learning_rate needs at least one positive initial learning rate, got {list(initial)}")
     per_seed = {float(lr): [float(v) for v in evaluate(float(lr))] for lr in initial}
     while True:
         rates = sorted(per_seed)
