@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf
 
 from verl_rfpp import validation
 from verl_rfpp.cli import compose_verl_config
@@ -49,6 +50,16 @@ CASES = [
      {f"{AR}.actor.loss_agg_mode", f"{AR}.actor.policy_loss.loss_mode", f"{AR}.rollout.n"}),
     ("rfpp-verl-defaults", ["algorithm.adv_estimator=reinforce_plus_plus"],
      {f"{AR}.actor.loss_agg_mode", f"{AR}.actor.policy_loss.loss_mode"}),
+    # wrong-typed values a rule reads, and gamma outside [0, 1]: violations, never a TypeError
+    ("base-n-not-a-number", BASE + [f"{AR}.rollout.n=abc"], {f"{AR}.rollout.n"}),
+    ("base-n-float", BASE + [f"{AR}.rollout.n=8.5"], {f"{AR}.rollout.n"}),
+    ("rfpp-kl-loss-not-a-bool", RFPP + [f"{AR}.actor.use_kl_loss=maybe"], {f"{AR}.actor.use_kl_loss"}),
+    ("rfpp-v1-not-a-bool", RFPP + ["trainer.use_v1=yes_please"], {"trainer.use_v1"}),
+    ("base-sp-not-a-number", BASE + [f"+{AR}.actor.megatron.context_parallel_size=two"],
+     {f"{AR}.actor.megatron.context_parallel_size"}),
+    ("rfpp-gamma-not-a-number", RFPP + ["algorithm.gamma=high"], {"algorithm.gamma"}),
+    ("rfpp-gamma-above-one", RFPP + ["algorithm.gamma=1.5"], {"algorithm.gamma"}),
+    ("base-gamma-negative", BASE + ["algorithm.gamma=-0.1"], {"algorithm.gamma"}),
     # accepted: the recipes and legal variants
     ("base-recipe", BASE, set()),
     ("rfpp-recipe", RFPP, set()),
@@ -56,6 +67,8 @@ CASES = [
     ("base-kl-off", BASE + [f"{AR}.actor.use_kl_loss=False"], set()),
     ("rfpp-kl-off", RFPP + ["algorithm.use_kl_in_reward=False"], set()),
     ("rfpp-gamma", RFPP + ["algorithm.gamma=0.99"], set()),
+    ("rfpp-gamma-zero-int", RFPP + ["algorithm.gamma=0"], set()),
+    ("rfpp-gamma-null", RFPP + ["algorithm.gamma=null"], set()),
     ("base-legacy-trainer", BASE + ["trainer.use_v1=False", f"{AR}.rollout.n=4"], set()),
     ("rfpp-k1-alias-n4", RFPP + ["algorithm.kl_penalty=k1", f"{AR}.rollout.n=4"], set()),
     ("base-v1-sync-explicit", BASE + ["trainer.v1.trainer_mode=sync", "+trainer.v1.sync.parameter_sync_step=1"], set()),
@@ -86,6 +99,30 @@ def test_contract_table(overrides, expected):
     # every printed fix repairs its violation
     repaired = compose_verl_config(overrides + [v.fix for v in found if "=" in v.fix])
     assert {v.key for v in validation.violations(repaired)} <= {"async_training"}
+
+
+def _key(override):
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+@pytest.mark.parametrize("overrides,expected", [c[1:] for c in CASES if c[2]], ids=[c[0] for c in CASES if c[2]])
+def test_every_fix_works_pasted_as_shown(overrides, expected):
+    """Each printed fix, alone: appended to the command, and in place of the offending override."""
+    for violation in validation.violations(compose_verl_config(overrides)):
+        if "=" not in violation.fix:
+            continue  # the prose fix of async_training (a different launcher)
+        appended = overrides + [violation.fix]
+        replaced = [o for o in overrides if _key(o) != violation.key] + [violation.fix]
+        for attempt in (appended, replaced):
+            assert violation.key not in {v.key for v in validation.violations(compose_verl_config(attempt))}
+
+
+def test_keys_fixed_with_double_plus_are_exactly_those_verl_lacks():
+    base = compose_verl_config([])
+    rule_keys = set(validation.PARALLEL_SIZE_KEYS) | set(validation._TYPED_KEYS)
+    missing = object()
+    absent = {key for key in rule_keys if OmegaConf.select(base, key, default=missing) is missing}
+    assert absent == set(validation.ADDED_KEYS)
 
 
 def test_table_is_large_enough():
@@ -119,3 +156,14 @@ def test_main_ppo_refuses_before_ray_starts(tmp_path):
     assert "verl_rfpp refuses this config" in output
     assert "Fix: actor_rollout_ref.rollout.n=8" in output
     assert "ray init kwargs" not in output and "Started a local Ray instance" not in output
+
+
+def test_main_ppo_refuses_a_wrong_typed_value_without_a_traceback_from_a_rule(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *BASE, f"{AR}.rollout.n=abc", f"hydra.run.dir={tmp_path}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "RAY_ADDRESS": ""},
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"{AR}.rollout.n = 'abc': required an integer, got str" in output
+    assert "TypeError" not in output and "Started a local Ray instance" not in output

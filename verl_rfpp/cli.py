@@ -28,10 +28,9 @@ def _doctor(args: argparse.Namespace) -> int:
     }
     if loaded:
         checks.update(plugin.hooks_status())
-    checks.update([_cpu_kernels_check()])
-    width = max(len(name) for name in checks)
+    checks.update(_cpu_kernels_checks())
     for name, ok in checks.items():
-        print(f"{'ok  ' if ok else 'FAIL'}  {name.ljust(width)}")
+        print(f"{'ok  ' if ok else 'FAIL'}  {name}")
     if not loaded:
         print("\nverl did not load the plugin; its pieces were not checked.")
     for name in plugin.ESTIMATORS:
@@ -43,20 +42,61 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if healthy else 1
 
 
-def _cpu_kernels_check() -> tuple[str, bool]:
-    """Compile and run the CPU kernels on a tiny batch, as verl's driver will on its first step."""
-    from verl_rfpp import passes, reinforce_plus_plus
+def _kernel_cases():
+    """``(label, run, expected returns, expected advantages)``: every CPU kernel (both estimators,
+    bool and int64 masks, both gamma branches), on values whose results are exact."""
+    import numpy as np
+    import torch
+
+    from verl_rfpp import reinforce_plus_plus, reinforce_plus_plus_baseline
+
+    int_mask = torch.tensor([[1, 1, 0]])
+    bool_mask = int_mask.bool()
+    pair = np.array(["a", "a"], dtype=object)
+    return [
+        ("reinforce_plus_plus, int64 mask, gamma 1",
+         lambda: reinforce_plus_plus(torch.tensor([[1.0, 2.0, 9.0]]), int_mask),
+         [[3.0, 2.0, 0.0]], [[1.0, -1.0, 0.0]]),
+        ("reinforce_plus_plus, bool mask, gamma 0.5",
+         lambda: reinforce_plus_plus(torch.tensor([[1.0, 4.0, 9.0]]), bool_mask, {"gamma": 0.5}),
+         [[3.0, 4.0, 0.0]], [[-1.0, 1.0, 0.0]]),
+        ("reinforce_plus_plus_baseline, int64 mask",
+         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]), int_mask.repeat(2, 1), pair),
+         [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
+        ("reinforce_plus_plus_baseline, bool mask",
+         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]), bool_mask.repeat(2, 1), pair),
+         [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
+    ]
+
+
+def _cpu_kernels_checks() -> list[tuple[str, bool]]:
+    """Compile and run every CPU kernel as verl's driver will on its first step, against exact
+    values; a disk cache numba cannot use is a FAIL line of its own (the kernels still run)."""
+    from verl_rfpp import passes
 
     try:
         if not passes.uses_cpu_kernels():
-            return f"CPU kernels switched off ({passes.CPU_KERNELS_VARIABLE}=0): torch operations", True
+            return [(f"CPU kernels switched off ({passes.CPU_KERNELS_VARIABLE}=0): torch operations", True)]
         import numba
-        import torch
 
-        returns = reinforce_plus_plus(torch.tensor([[1.0, 2.0, 5.0]]), torch.tensor([[1, 1, 0]])).returns
-        return f"CPU kernels (numba {numba.__version__}) compile and run", returns.tolist() == [[3.0, 2.0, 0.0]]
+        from verl_rfpp import kernels
+
+        wrong = []
+        for label, run, returns, advantages in _kernel_cases():
+            result = run()
+            if result.returns.tolist() != returns or result.advantages.tolist() != advantages:
+                wrong.append(f"{label}: got returns {result.returns.tolist()}, advantages {result.advantages.tolist()}")
+        checks = [(
+            f"CPU kernels (numba {numba.__version__}): both estimators, bool and int64 masks, gamma 1 and "
+            "0.5 give the exact values" if not wrong else "CPU kernels give wrong values: " + "; ".join(wrong),
+            not wrong,
+        )]
+        where = os.environ.get("NUMBA_CACHE_DIR") or "numba's default location"
+        checks.append((f"numba disk cache ({where})" if kernels.cache_problem is None
+                       else f"numba disk cache: {kernels.cache_problem}", kernels.cache_problem is None))
+        return checks
     except Exception as error:  # report any failure as a FAIL line, not a traceback
-        return f"CPU kernels: {error}", False
+        return [(f"CPU kernels: {error}", False)]
 
 
 def compose_verl_config(overrides: Sequence[str]):
@@ -86,11 +126,13 @@ def _composition_error(error: Exception, overrides: Sequence[str]) -> str:
         try:
             parser.parse_override(override)
         except Exception:  # noqa: BLE001 (Hydra's grammar errors have no common public base)
-            culprit = override
-            break
-        key = override.split("=", 1)[0].lstrip("+~")
-        if culprit is None and f"'{key}'" in str(error):
-            culprit = override
+            return _composition_message(error, override)
+        if f"'{override.split('=', 1)[0].lstrip('+~')}'" in str(error):
+            culprit = override  # the last override of the key Hydra names
+    return _composition_message(error, culprit)
+
+
+def _composition_message(error: Exception, culprit: Optional[str]) -> str:
     reason = " ".join(str(error).split())
     if error.__cause__ is not None:
         reason += f" ({' '.join(str(error.__cause__).split()[:12])})"

@@ -80,10 +80,99 @@ def _get(config: DictConfig, key: str, default: Any = None) -> Any:
     return OmegaConf.select(config, key, default=default)
 
 
+# Rule keys that verl 0.9.1's packaged ppo_trainer config does not have: only a ``+key=...``
+# override adds them, so their fix is ``++key=...`` (add or override), which works both appended
+# to the offending command and in place of the offending override.
+ADDED_KEYS = frozenset(
+    key for key in PARALLEL_SIZE_KEYS if ".megatron." in key or ".torchtitan." in key or ".veomni." in key
+) | {"trainer.v1.sync.parameter_sync_step"}
+
+
 def _override(key: str, value: Any, config: DictConfig) -> str:
-    """The command-line override; a key absent from the struct config needs a ``+`` prefix."""
+    """The command-line override that sets ``key`` to ``value``, pasteable as shown: ``++`` for a
+    key verl's config lacks, ``+`` for any other key absent from ``config``."""
+    if key in ADDED_KEYS:
+        return f"++{key}={value}"
     present = OmegaConf.select(config, key, default=_MISSING) is not _MISSING
     return f"{'' if present else '+'}{key}={value}"
+
+
+# The type of every value a rule reads (``None`` is allowed where verl allows it: ``optional``),
+# and the value a fix sets when the recipe has none. A wrong-typed value is a violation of its own,
+# before any rule compares it (``rollout.n=abc`` must not reach ``n > 1``).
+_TYPED_KEYS: dict[str, tuple[type, bool, Any]] = {
+    "actor_rollout_ref.rollout.n": (int, False, 8),
+    "actor_rollout_ref.actor.use_kl_loss": (bool, False, False),
+    "actor_rollout_ref.actor.kl_loss_coef": (float, False, 0.01),
+    "algorithm.use_kl_in_reward": (bool, False, False),
+    "algorithm.kl_ctrl.kl_coef": (float, False, 0.01),
+    "algorithm.gamma": (float, True, 1.0),
+    "algorithm.rollout_correction.bypass_mode": (bool, False, False),
+    "algorithm.filter_groups.enable": (bool, False, False),
+    "trainer.use_v1": (bool, False, True),
+    "trainer.v1.sync.parameter_sync_step": (int, False, 1),
+    **{key: (int, True, 1) for key in PARALLEL_SIZE_KEYS},
+}
+_TYPE_NAMES = {int: "an integer", bool: "a boolean (True or False)", float: "a number"}
+
+
+def _has_type(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _type_violations(config: DictConfig, estimator: str) -> list[Violation]:
+    """Every value a rule reads that has the wrong type (Hydra keeps ``n=abc`` as a string)."""
+    recipe = dict(line.split("=", 1) for line in RECIPES[estimator])
+    found = []
+    for key, (kind, optional, fix_value) in _TYPED_KEYS.items():
+        value = _get(config, key)
+        if value is None or _has_type(value, kind):
+            continue
+        found.append(Violation(
+            key, value, f"{_TYPE_NAMES[kind]}{' or null' if optional else ''}, got {type(value).__name__}",
+            "verl-rfpp's rules and verl's trainer read this value as "
+            f"{_TYPE_NAMES[kind]} (docs/contract.md section 6).",
+            _override(key, recipe.get(key, fix_value), config),
+        ))
+    return found
+
+
+def _gamma_rule(config: DictConfig) -> list[Violation]:
+    found: list[Violation] = []
+    _require(
+        found, config, "algorithm.gamma", lambda gamma: gamma is None or 0.0 <= gamma <= 1.0, "within [0, 1]",
+        "gamma discounts the returns; outside [0, 1] they grow with the distance to the end of the "
+        "response or flip sign (docs/contract.md section 2).",
+        1.0,
+    )
+    return found
+
+
+def near_miss(name: Any) -> Optional[str]:
+    """Our estimator ``name`` was probably meant to be (another case, or one letter off), else ``None``."""
+    if not isinstance(name, str) or name in ESTIMATOR_NAMES:
+        return None
+    for ours in ESTIMATOR_NAMES:
+        if name.lower() == ours or _one_edit_apart(name.lower(), ours):
+            return ours
+    return None
+
+
+def _one_edit_apart(first: str, second: str) -> bool:
+    """Whether one insertion, deletion or substitution turns ``first`` into ``second``."""
+    if abs(len(first) - len(second)) > 1:
+        return False
+    if len(first) > len(second):
+        first, second = second, first
+    for index, (a, b) in enumerate(zip(first, second)):
+        if a != b:
+            tail = index + 1 if len(first) == len(second) else index
+            return first[tail:] == second[index + 1:]
+    return True
 
 
 def estimator_of(config: DictConfig) -> Optional[str]:
@@ -227,7 +316,10 @@ def violations(config: DictConfig) -> list[Violation]:
     estimator = estimator_of(config)
     if estimator is None:
         return []
-    found = _common_rules(config)
+    wrong_types = _type_violations(config, estimator)
+    if wrong_types:  # the rules compare values: they see only well-typed configs
+        return wrong_types
+    found = _common_rules(config) + _gamma_rule(config)
     if estimator == REINFORCE_PLUS_PLUS:
         found.extend(_reinforce_plus_plus_rules(config))
     else:
