@@ -10,25 +10,102 @@ the kernels release the GIL). Selection is a branch-free ``x if keep else 0.0``:
 is never read into arithmetic, so NaN/Inf stored there cannot leak (docs/contract.md section 1). Sums
 accumulate in float64 (docs/contract.md section 4); a value is rounded to the output dtype once, when it is
 stored. Per-row results go to ``(bs,)`` float64 / int64 arrays; the caller adds the rows up.
+
+numba's disk cache is an optimization, never a requirement: with no writable cache location, or
+with unreadable cache files (truncated, garbage, another numba's), the same kernels compile in
+memory, and one WARNING on logger ``verl_rfpp`` names the problem and the fix (``NUMBA_CACHE_DIR``);
+``cache_problem`` keeps it for ``verl-rfpp doctor``.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Optional
 
 import numba
 import numpy as np
 
-_JIT = {"nogil": True, "cache": True, "boundscheck": False}
+logger = logging.getLogger("verl_rfpp")
+
+_JIT = {"nogil": True, "boundscheck": False}
 # Reassociating float64 sums lets LLVM vectorize the reductions; results stay deterministic on a
 # machine (the order depends only on the vector width). No other fast-math flag: NaN and Inf at a
 # valid position must survive to the caller's finiteness check.
 _REDUCTION_JIT = {**_JIT, "fastmath": {"reassoc"}}
 
+cache_problem: Optional[str] = None  # why the disk cache is not used in this process, if it is not
+
+
+def _cache_failed(problem: str) -> None:
+    """Record the first cache problem of this process and log it once, with the fix."""
+    global cache_problem
+    if cache_problem is not None:
+        return
+    target = os.environ.get("NUMBA_CACHE_DIR")
+    where = f"NUMBA_CACHE_DIR={target!r}" if target else "no NUMBA_CACHE_DIR set"
+    cache_problem = (
+        f"numba cannot use its disk cache for the verl_rfpp CPU kernels ({problem}; {where}); they "
+        "are compiled in memory instead (about 1 s per process, same results). Fix: set "
+        "NUMBA_CACHE_DIR to a writable directory (or delete the unreadable cache files)."
+    )
+    logger.warning("verl_rfpp: %s", cache_problem)
+
+
+def _guard(method: Callable[..., Any], action: str, cleanup: Callable[[], None]) -> Callable[..., Any]:
+    """A cache method whose failure is a cache miss (load) or a skipped save, never an error."""
+
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 (pickle, EOF, OS and numba errors alike)
+            _cache_failed(f"{action} failed with {type(error).__name__}: {error}")
+            cleanup()
+            return None
+
+    return guarded
+
+
+def _remove_index(cache: Any) -> None:
+    """Drop an unreadable index file, so this process's save writes a fresh one (self-repair)."""
+    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    try:
+        if index:
+            os.remove(index)
+    except OSError:
+        pass
+
+
+def _njit(options: dict[str, Any]) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit(cache=True, **options)`` that falls back to an in-memory cache.
+
+    numba raises at decoration when no cache location is writable ("no locator available"), and
+    at the first call when a cache file cannot be read. Both become one WARNING (``_cache_failed``)
+    and in-memory compilation of the same function with the same options.
+    """
+
+    def decorate(function: Callable[..., Any]) -> Any:
+        try:
+            dispatcher = numba.njit(cache=True, **options)(function)
+        except RuntimeError as error:  # "cannot cache function ...: no locator available ..."
+            _cache_failed(str(error))
+            return numba.njit(cache=False, **options)(function)
+        cache = getattr(dispatcher, "_cache", None)  # numba's FunctionCache (private, numba >= 0.60)
+        if cache is not None and hasattr(cache, "load_overload") and hasattr(cache, "save_overload"):
+            cache.load_overload = _guard(cache.load_overload, "reading a cache file",
+                                         functools.partial(_remove_index, cache))
+            cache.save_overload = _guard(cache.save_overload, "writing a cache file", lambda: None)
+        return dispatcher
+
+    return decorate
+
 MIN_ELEMENTS_PER_THREAD = 1 << 18
 
 
-@numba.njit(**_REDUCTION_JIT)
+@_njit(_REDUCTION_JIT)
 def selected_row_sums(values, mask, store_valid, valid, row_sum, row_count, lo, hi):
     """``row_sum[i] = sum_t select(m, values)``, ``row_count[i] = L_i``; ``valid = (mask != 0)``
     is stored as uint8 when ``store_valid`` (otherwise ``valid`` is not touched)."""
@@ -46,7 +123,7 @@ def selected_row_sums(values, mask, store_valid, valid, row_sum, row_count, lo, 
         row_count[i] = count
 
 
-@numba.njit(**_JIT)
+@_njit(_JIT)
 def suffix_sums(rewards, mask, gamma, store_valid, valid, returns, row_sum, row_count, lo, hi):
     """``returns[i,t] = m * sum_{u>=t} gamma^(u-t) * select(m, r)[i,u]`` (docs/contract.md section 2).
 
@@ -84,7 +161,7 @@ def suffix_sums(rewards, mask, gamma, store_valid, valid, returns, row_sum, row_
         row_count[i] = count
 
 
-@numba.njit(**_REDUCTION_JIT)
+@_njit(_REDUCTION_JIT)
 def centered_row_sums(values, valid, mean, row_sum, row_squares, lo, hi):
     """``sum_t c`` and ``sum_t c^2`` with ``c = values - mean`` (float64) on valid positions."""
     length = values.shape[1]
@@ -99,7 +176,7 @@ def centered_row_sums(values, valid, mean, row_sum, row_squares, lo, hi):
         row_squares[i] = squares
 
 
-@numba.njit(**_REDUCTION_JIT)
+@_njit(_REDUCTION_JIT)
 def normalize(values, valid, mean, scale, out, row_sum, row_squares, lo, hi):
     """``out = where(m, (values - mean) * scale, 0)``; the sums of the stored ``out`` and of its
     squares per row (the output metrics of docs/contract.md section 7)."""
@@ -116,7 +193,7 @@ def normalize(values, valid, mean, scale, out, row_sum, row_squares, lo, hi):
         row_squares[i] = squares
 
 
-@numba.njit(**_JIT)
+@_njit(_JIT)
 def broadcast_rows(valid, first_rows, second_rows, first_out, second_out, lo, hi):
     """``first_out[i,t] = where(m, first_rows[i], 0)`` and the same for ``second``: the two
     row-constant outputs of the baseline (docs/contract.md section 3) in one pass over the mask."""
