@@ -46,7 +46,7 @@ def _full(tensor):
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-def _batch(arrays: dict, rank: int, world: int):
+def _batch(arrays: dict):
     """verl's DataProto of the step batch (left-padded prompts, right-padded responses)."""
     import numpy as np
     import torch
@@ -72,13 +72,13 @@ def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -
     if not scenario.get("fix", True):
         plugin.unpatch_engine()  # verl's own denominator, to measure what the fix changes
     else:
-        plugin.patch_engine()
+        plugin.patch_engine()  # a no-op unless a previous scenario unpatched it
     worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="actor")
     worker.init_model()
     engine = worker.actor.engine
     module = engine.module
 
-    steps, micro = [], []
+    steps = []
     forward_backward = engine.forward_backward_batch
     optimizer_step = engine.optimizer_step
     forward_step = engine.forward_step
@@ -116,7 +116,7 @@ def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -
     engine.optimizer_step = observe_optimizer_step
 
     arrays = dict(np.load(scenario["data"]))
-    batch = _batch(arrays, rank, world)
+    batch = _batch(arrays)
 
     class _ThisRank:
         """verl's worker group seen from one rank: the dispatch chunk of this rank, our worker."""
@@ -165,6 +165,13 @@ def main() -> None:
                                 world_size=world, timeout=timedelta(seconds=180))
         import verl  # noqa: F401  (loads the verl_rfpp plugin through its entry point)
         import verl_rfpp.cpu  # noqa: F401  (the CPU platform and patches, as VERL_USE_EXTERNAL_MODULES does)
+        from verl.workers.engine.base import BaseEngine
+
+        from verl_rfpp import plugin
+
+        # the plugin wrapped BaseEngine.train_batch by itself when verl's engine module loaded
+        hooked = bool(getattr(BaseEngine.train_batch, plugin.MARKER, False))
+        (out / f"hooked-{rank}.json").write_text(json.dumps(hooked))
 
         for scenario in spec["scenarios"]:
             run_scenario(scenario, spec, rank, world, out)

@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ TOLERANCE = 1e-5
 CLIP = 0.2  # verl's default clip_ratio (low and high), which the recipe keeps
 KL_COEF = 0.01  # the recipe's kl_loss_coef
 PROMPT, RESPONSE = 6, 8
-WORKER_TIMEOUT_S = 420
+WORKER_TIMEOUT_S = 900  # all workers together; about a minute on two idle cores
 
 
 # ------------------------------------------------------------------ the float64 reference model
@@ -49,9 +50,9 @@ def _reference_model(model_dir: Path, params: dict | None = None):
     config = AutoConfig.from_pretrained(model_dir)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float64)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float64)
     if params is None:
-        state = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).state_dict()
+        state = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
         params = {name: state[name].numpy() for name, _ in model.named_parameters()}
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -202,34 +203,41 @@ def _base_overrides(model_dir: Path) -> list[str]:
 
 
 def _run_workers(directory: Path, world: int, scenarios: list[dict], model_dir: Path) -> list:
-    """Start ``world`` worker processes; returns the Popen objects (joined by ``_join``)."""
+    """Start ``world`` worker processes, each logging to ``log-<rank>.txt`` (a file, not a pipe
+    nobody reads while another group is joined); returns the Popen objects for ``_join``."""
     directory.mkdir(parents=True)
     spec = {"world": world, "out": str(directory), "init_file": str(directory / "rendezvous"),
             "base_overrides": _base_overrides(model_dir), "scenarios": scenarios}
     (directory / "spec.json").write_text(json.dumps(spec))
     env = dict(os.environ)
     env.pop("VERL_USE_EXTERNAL_PLUGINS", None)  # the plugin must load, as for any user
-    return [subprocess.Popen([sys.executable, str(WORKER), str(directory / "spec.json"), str(rank)],
-                             cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-            for rank in range(world)]
+    processes = []
+    for rank in range(world):
+        with open(directory / f"log-{rank}.txt", "w") as log:
+            processes.append(subprocess.Popen(
+                [sys.executable, str(WORKER), str(directory / "spec.json"), str(rank)],
+                cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT))
+    return processes
 
 
-def _join(directory: Path, processes: list) -> None:
-    logs = []
+def _join(directory: Path, processes: list, deadline: float) -> None:
+    """Wait for every worker until ``deadline`` (``time.monotonic()``), kill what is left."""
     try:
         for process in processes:
-            out, _ = process.communicate(timeout=WORKER_TIMEOUT_S)
-            logs.append(out)
+            process.wait(timeout=max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        pass
     finally:
         for process in processes:
             if process.poll() is None:
                 process.kill()
-                process.communicate(timeout=30)
+                process.wait(timeout=30)
     errors = sorted(directory.glob("error-*.txt"))
     if errors or any(p.returncode != 0 for p in processes):
-        detail = "\n".join(e.read_text() for e in errors) or "\n".join(log[-4000:] for log in logs)
-        raise AssertionError(f"gradient worker failed in {directory}:\n{detail}")
+        detail = "\n".join(e.read_text() for e in errors) or "\n".join(
+            path.read_text()[-4000:] for path in sorted(directory.glob("log-*.txt")))
+        raise AssertionError(f"gradient worker failed in {directory} (codes "
+                             f"{[p.returncode for p in processes]}):\n{detail}")
 
 
 class Scenario:
@@ -301,16 +309,17 @@ def runs(tmp_path_factory):
     ]
     for scenario in single + double:
         scenario["data"] = str(root / f"{scenario.get('data_name', scenario['name'])}.data.npz")
+    deadline = time.monotonic() + WORKER_TIMEOUT_S
     one = _run_workers(root / "dp1", 1, single, model_dir)
     two = _run_workers(root / "dp2", 2, double, model_dir)
-    _join(root / "dp1", one)
-    _join(root / "dp2", two)
+    _join(root / "dp1", one, deadline)
+    _join(root / "dp2", two, deadline)
     results = {}
     for directory, scenarios in ((root / "dp1", single), (root / "dp2", double)):
         for scenario in scenarios:
             arrays = data[scenario.get("data_name", scenario["name"])]
             results[scenario["name"]] = Scenario(directory, scenario["name"], arrays, model_dir)
-    results["_data"] = data
+    results["_root"] = root
     return results
 
 
@@ -367,6 +376,13 @@ def test_verl_own_denominator_shrinks_the_gradient_by_the_share_of_empty_rows(ru
     scaled = {name: value * 9 / 12 for name, value in step["expected"].items()}
     assert relative_errors(step["grads"], scaled)[0] <= TOLERANCE
     assert step["norm_error"] == pytest.approx(0.25, rel=1e-3)
+
+
+def test_the_plugin_wraps_the_engine_when_verl_loads_it(runs):
+    """In every worker process, importing verl's engine (as verl's workers do) installed the
+    response count without any call of ours."""
+    hooked = [json.loads(path.read_text()) for path in sorted(runs["_root"].glob("dp*/hooked-*.json"))]
+    assert hooked == [True, True, True]
 
 
 def test_other_policy_losses_keep_verl_own_denominator(runs):
