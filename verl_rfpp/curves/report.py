@@ -222,8 +222,11 @@ def comparison(records: list[dict]) -> str:
         "valid token agree). Those cases are covered by the unit tests against the float64 reference",
         "and by the bandit experiments ([docs/bandit.md](../bandit.md)), not by these curves.",
         "",
-        "GRPO (verl's, with the baseline recipe's k2 KL loss) divides each group by its own std, so",
-        "its advantages are larger where a group's rewards are close: its advantage std is not 1.",
+        "GRPO (verl's, with the baseline recipe's k2 KL loss) divides each group by its own unbiased",
+        "std: a group of 4 with any spread gets advantages of population std `sqrt(3/4) = 0.87`, a group",
+        "whose responses all got the same reward gets 0. Its advantage std is so below 1 from the",
+        "start and falls as groups become unanimous late in training; the REINFORCE++ methods keep",
+        "exactly 1 (ours) or 0.992 (verl's) until a whole step is unanimous.",
     ]
     return "\n".join(lines) + "\n"
 
