@@ -106,7 +106,7 @@ def test_recipes_of_ours_builtins_and_grpo():
     assert "actor_rollout_ref.actor.policy_loss.loss_mode=rfpp" in ours
     assert [o for o in builtin if o not in ours] == ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]
     assert [o for o in grpo if o not in builtin] == ["algorithm.adv_estimator=grpo"]
-    with pytest.raises(ValueError, match="--ranks 3"):
+    with pytest.raises(launch.LaunchError, match="--ranks 3"):
         launch.trainer_overrides("reinforce_plus_plus", {"train": "a", "test": "b", "model": "m"}, 2, False,
                                  launch.Path("/tmp"), ranks=3)
 

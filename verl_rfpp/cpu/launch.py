@@ -15,10 +15,15 @@ from typing import Callable, Optional
 
 from verl_rfpp import validation
 from verl_rfpp.cpu import assets, trace
+from verl_rfpp.errors import RfppError
 
 GRPO = "grpo"
 SAMPLES = 4  # responses per prompt
 PROMPTS = 4  # prompts per step (one mini-batch, one optimizer step per training step)
+
+
+class LaunchError(RfppError):
+    """A CPU run that this backend cannot set up (e.g. ranks that do not divide the batch)."""
 
 
 def recipe(estimator: str, ours: bool = True) -> list[str]:
@@ -59,7 +64,8 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
                       multi_turn: bool = False) -> list[str]:
     """The recipe plus what a 2-core CPU run of the tiny model needs, on ``ranks`` FSDP ranks."""
     if (PROMPTS * SAMPLES) % ranks:
-        raise ValueError(f"--ranks {ranks} must divide the {PROMPTS * SAMPLES} responses of a step")
+        raise LaunchError(f"--ranks {ranks} must divide the {PROMPTS * SAMPLES} responses of a step; "
+                          "use 1 or 2")
     micro = PROMPTS * SAMPLES // ranks  # one micro-batch per rank and step
     overrides = recipe(estimator, ours)
     reward_module = Path(assets.__file__).resolve()

@@ -59,9 +59,10 @@ def _traced_policy_loss_lookup(original):
 
         @functools.wraps(loss_fn)
         def traced(*args, **kwargs):
-            mask = kwargs["response_mask"]
-            trace.write("tokens", rank=trace.rank(), rows=mask.shape[0], valid=int(mask.sum()),
-                        holes=trace.interior_holes(mask))
+            if trace.enabled():
+                mask = kwargs["response_mask"]
+                trace.write("tokens", rank=trace.rank(), rows=mask.shape[0], valid=int(mask.sum()),
+                            holes=trace.interior_holes(mask))
             return loss_fn(*args, **kwargs)
 
         return traced

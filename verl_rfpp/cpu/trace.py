@@ -23,6 +23,10 @@ from typing import Optional
 TRACE_ENV = "VERL_RFPP_TRACE"
 
 
+def enabled() -> bool:
+    return bool(os.environ.get(TRACE_ENV))
+
+
 def write(kind: str, **fields: object) -> None:
     """Append ``<kind> pid=<pid> key=value ...`` when the trace is on; one write per line."""
     path = os.environ.get(TRACE_ENV)

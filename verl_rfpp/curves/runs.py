@@ -66,7 +66,7 @@ def proof(method: Method, trace: list[str], steps: int) -> str:
         raise CurvesError(
             f"{method.label}: the trace shows {len(calls)} verl_rfpp estimator calls and registry "
             f"modules {sorted(resolved)}; expected {wanted_calls} calls of {method.estimator} and "
-            f"{expected[0]}. The plugin was {'not ' if method.ours else ''}excluded as it should be?"
+            f"{expected[0]} (the plugin must be {'loaded' if method.ours else 'excluded'} in this run)"
         )
     return (f"{len(own_calls)} verl_rfpp {method.estimator} calls; registry -> {expected[0]}" if method.ours
             else f"no verl_rfpp estimator call; registry -> {expected[0]}")
