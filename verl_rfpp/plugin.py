@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
-import importlib.util
 import logging
 import os
 import sys
@@ -323,6 +322,8 @@ def register_policy_loss() -> None:
     core_algos.register_policy_loss(validation.POLICY_LOSS_MODE)(rfpp_policy_loss)
 
 
+CORE_ALGOS = "verl.trainer.ppo.core_algos"  # the estimator and policy-loss registries
+TRACKING = "verl.utils.tracking"
 ENGINE_BASE = "verl.workers.engine.base"  # BaseEngine.train_batch: one optimizer step, every engine
 
 
@@ -382,48 +383,83 @@ def _wrap_train_batch(engine_class: Any) -> None:
     engine_class.train_batch = _counting_responses(current)
 
 
-class _PatchEngineOnImport(importlib.abc.MetaPathFinder):
-    """Wraps ``BaseEngine.train_batch`` right after verl's engine module is first imported.
-    Importing it from here would load every engine (FSDP, transformers) in each process that
-    imports verl; the workers that train import it anyway. One shot: it leaves ``sys.meta_path``
-    when it fires."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback right after a verl module is first imported, so that this plugin does not
+    import it: ``core_algos`` (the registries) pulls in transformers and scipy, ``engine.base``
+    every engine, about 1 s in each process that imports verl (benchmarks/bench_import.py).
+    The processes that use them import them anyway. One shot per module; the finder leaves
+    ``sys.meta_path`` when nothing is pending. A failing callback is logged at ERROR (verl's
+    import goes on; the activation guard in ``validate_config`` then refuses our estimators)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, Callable[[Any], None]] = {}
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != ENGINE_BASE:
+        callback = self.pending.pop(fullname, None)
+        if callback is None:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        if not self.pending:
+            _remove_finder()
+        spec = next((spec for finder in sys.meta_path if finder is not self and hasattr(finder, "find_spec")
+                     for spec in [finder.find_spec(fullname, path, target)] if spec is not None), None)
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
 
         def exec_then_patch(module: Any) -> None:
             exec_module(module)
-            _wrap_train_batch(module.BaseEngine)
+            _run_callback(callback, module)
 
         spec.loader.exec_module = exec_then_patch
         return spec
 
 
-def _engine_hook() -> Optional[_PatchEngineOnImport]:
-    return next((finder for finder in sys.meta_path if isinstance(finder, _PatchEngineOnImport)), None)
+def _finder() -> Optional[_AfterImport]:
+    return next((finder for finder in sys.meta_path if isinstance(finder, _AfterImport)), None)
+
+
+def _remove_finder() -> None:
+    finder = _finder()
+    if finder is not None:
+        sys.meta_path.remove(finder)
+
+
+def _run_callback(callback: Callable[[Any], None], module: Any) -> None:
+    try:
+        callback(module)
+    except Exception:  # noqa: BLE001 (logged loudly; failing verl's import would hide it worse)
+        logger.exception("verl_rfpp could not patch %s; run `verl-rfpp doctor`.", module.__name__)
+
+
+def after_import(name: str, callback: Callable[[Any], None]) -> None:
+    """``callback(module)`` now if module ``name`` is loaded, else right after its first import."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+        return
+    finder = _finder()
+    if finder is None:
+        finder = _AfterImport()
+        sys.meta_path.insert(0, finder)
+    finder.pending[name] = callback
+
+
+def pending_imports() -> set[str]:
+    """Modules whose patch waits for their first import."""
+    finder = _finder()
+    return set(finder.pending) if finder is not None else set()
 
 
 def patch_engine() -> None:
     """Count responses in the ``rfpp`` loss's denominator (``_counting_responses``), now if verl's
     engine module is loaded, else as soon as it is (idempotent)."""
-    if ENGINE_BASE in sys.modules:
-        _wrap_train_batch(sys.modules[ENGINE_BASE].BaseEngine)
-    elif _engine_hook() is None:
-        sys.meta_path.insert(0, _PatchEngineOnImport())
+    after_import(ENGINE_BASE, lambda module: _wrap_train_batch(module.BaseEngine))
 
 
 def unpatch_engine() -> None:
     """verl's own ``BaseEngine.train_batch`` (and denominator) again; drops a pending hook."""
-    hook = _engine_hook()
-    if hook is not None:
-        sys.meta_path.remove(hook)
+    finder = _finder()
+    if finder is not None:
+        finder.pending.pop(ENGINE_BASE, None)
     original = _ORIGINALS.pop("BaseEngine.train_batch", None)
     if original is not None and ENGINE_BASE in sys.modules:
         sys.modules[ENGINE_BASE].BaseEngine.train_batch = original
@@ -433,7 +469,7 @@ def engine_patched() -> bool:
     """Whether ``BaseEngine.train_batch`` is ours, or will be when verl's engine is imported."""
     if ENGINE_BASE in sys.modules:
         return bool(getattr(sys.modules[ENGINE_BASE].BaseEngine.train_batch, MARKER, False))
-    return _engine_hook() is not None
+    return ENGINE_BASE in pending_imports()
 
 
 def hook_tracking() -> None:
@@ -475,10 +511,9 @@ def activate() -> None:
     try:
         check_verl_version()
         wrap_validate_config()
-        register_estimators()
-        register_policy_loss()
+        after_import(CORE_ALGOS, lambda module: (register_estimators(), register_policy_loss()))
+        after_import(TRACKING, lambda module: hook_tracking())
         patch_engine()
-        hook_tracking()
     except Exception:
         logger.exception(
             "verl_rfpp could not activate; verl's own reinforce_plus_plus and "
@@ -490,6 +525,7 @@ def activate() -> None:
 
 def deactivate() -> None:
     """Undo ``activate()``: verl's own entries, ``validate_config`` and ``Tracking.log`` return."""
+    _remove_finder()  # nothing pending runs any more
     import verl.utils
     import verl.utils.config as verl_config
     from verl.trainer.ppo import core_algos
