@@ -83,3 +83,10 @@ def test_short_curves_run_of_verls_builtin_with_the_plugin_excluded(tmp_path, ca
         assert value == pytest.approx(((tokens - 1) / tokens) ** 0.5, abs=1e-5)
     for name in ("reward.png", "kl.png", "adv_std.png", "report.md"):
         assert (tmp_path / name).exists()
+
+
+def test_unknown_method_is_refused_with_the_choices(tmp_path, capsys):
+    assert cli.main(["curves", "--out", str(tmp_path), "--methods", "ours_baseline", "ppo"]) == 2
+    out = capsys.readouterr().out
+    assert "unknown method(s) ppo" in out and "verl_grpo" in out
+    assert not (tmp_path / "runs").exists()

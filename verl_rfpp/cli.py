@@ -292,6 +292,11 @@ def _curves(args: argparse.Namespace) -> int:
     from verl_rfpp.curves import report, runs
 
     out = Path(args.out)
+    unknown = sorted(set(args.methods or []) - {m.key for m in runs.METHODS})
+    if unknown:
+        print(f"verl-rfpp curves: unknown method(s) {', '.join(unknown)}; choose from "
+              f"{', '.join(m.key for m in runs.METHODS)}")
+        return 2
     methods = [m for m in runs.METHODS if not args.methods or m.key in args.methods]
     print(f"verl-rfpp curves: {len(methods)} methods x {args.seeds} seeds x {args.steps} steps of verl's "
           f"trainer on the CPU; runs in {out / 'runs'}", flush=True)
@@ -321,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     curves.add_argument("--out", required=True, help="output directory (finished runs in it are reused)")
     curves.add_argument("--steps", type=int, default=40)
     curves.add_argument("--seeds", type=int, default=3)
-    curves.add_argument("--methods", nargs="*", help="method keys (default: all five)")
+    curves.add_argument("--methods", nargs="*", help="method keys: ours_baseline verl_baseline ours_rfpp "
+                        "verl_rfpp verl_grpo (default: all five)")
     curves.set_defaults(handler=_curves)
     doctor = commands.add_parser("doctor", help="check that verl runs verl-rfpp's estimators")
     doctor.set_defaults(handler=_doctor)
