@@ -5,14 +5,18 @@ calls), in every process that imports verl. Importing it, once and idempotently:
 
 - wraps ``verl.utils.config.validate_config`` so ``main_ppo`` refuses a violating config before
   Ray starts (docs/contract.md section 6) and fails when our estimators are not the ones registered;
-- replaces verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` registry entries;
-- registers the ``rfpp`` policy loss (the plain clipped surrogate, docs/contract.md section 5);
+- replaces verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` registry entries
+  and registers the ``rfpp`` policy loss (the plain clipped surrogate, docs/contract.md section 5),
+  right after verl first imports ``core_algos`` (``after_import``: importing it from here would
+  cost every verl process about 1 s);
 - makes the ``rfpp`` actor loss's response mean divide by the mini-batch's responses, not by
   verl's row count (``BaseEngine.train_batch``, wrapped when verl's engine module is imported);
-- hooks ``Tracking.log`` so the ``rfpp/`` metrics reach verl's loggers (docs/contract.md section 7).
+- hooks ``Tracking.log`` (when verl imports it) so the ``rfpp/`` metrics reach verl's loggers
+  (docs/contract.md section 7).
 
 verl swallows plugin load errors at DEBUG level, so every failure here is logged at ERROR on
-logger ``verl_rfpp`` before it propagates. ``deactivate()`` undoes all of it (tests).
+logger ``verl_rfpp`` (at import, before it propagates; in a post-import patch, instead of failing
+verl's import). ``deactivate()`` undoes all of it (tests).
 """
 
 from __future__ import annotations
