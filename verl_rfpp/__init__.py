@@ -4,7 +4,7 @@ Importing this package has no side effect on verl. verl loads ``verl_rfpp.plugin
 ``verl.plugins`` entry point, and that module registers the estimators.
 """
 
-from verl_rfpp.errors import EmptyPopulationError, RfppError, RfppInputError
+from verl_rfpp.errors import EmptyPopulationError, NonFiniteError, RfppError, RfppInputError
 from verl_rfpp.estimators import (
     EstimatorResult,
     compute_reinforce_plus_plus_advantage,
@@ -23,6 +23,7 @@ __all__ = [
     "ESTIMATOR_NAMES",
     "EmptyPopulationError",
     "EstimatorResult",
+    "NonFiniteError",
     "NormalizationStats",
     "RfppError",
     "RfppInputError",
