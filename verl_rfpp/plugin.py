@@ -240,18 +240,21 @@ def activation_problem(name: str) -> Optional[str]:
         return None
     bound = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
     cause = exclusion_cause()
-    if cause is not None:
-        pass
-    elif bound is None or getattr(bound, "__module__", "") == "verl.trainer.ppo.core_algos":
-        cause = (
-            "the verl_rfpp plugin did not load or failed while loading (verl hides plugin errors "
-            "at DEBUG); check that verl-rfpp is installed in this environment"
-        )
-    else:
-        cause = (
-            f"another plugin overrode it with {bound.__module__}.{bound.__qualname__}; uninstall "
-            "it or exclude it through VERL_USE_EXTERNAL_PLUGINS"
-        )
+    if cause is None:
+        if bound is None or getattr(bound, "__module__", "") == "verl.trainer.ppo.core_algos":
+            cause = (
+                "the verl_rfpp plugin did not load or failed while loading (verl hides plugin "
+                "errors at DEBUG); check that verl-rfpp is installed in this environment"
+            )
+        else:
+            cause = (
+                f"another plugin overrode it with {bound.__module__}.{bound.__qualname__}; "
+                "uninstall it or exclude it through VERL_USE_EXTERNAL_PLUGINS"
+            )
+    return _problem(name, cause)
+
+
+def _problem(name: str, cause: str) -> str:
     return (
         f"verl_rfpp: verl's registry does not resolve {name!r} to verl-rfpp's estimator: {cause}. "
         "Check with: verl-rfpp doctor"
@@ -276,10 +279,7 @@ def not_loaded_problem(name: str) -> str:
         "verl did not load it through its verl.plugins entry point; check that verl-rfpp is "
         "installed in this environment"
     )
-    return (
-        f"verl_rfpp: verl's registry does not resolve {name!r} to verl-rfpp's estimator: {cause}. "
-        "Check with: verl-rfpp doctor"
-    )
+    return _problem(name, cause)
 
 
 def ensure_active(name: str) -> None:
