@@ -72,10 +72,11 @@ def test_registration_is_idempotent_and_repairs_a_replaced_entry():
 
 def test_unsupported_verl_version_is_logged(monkeypatch, caplog):
     from verl_rfpp import plugin
+    from verl_rfpp.plugin import versions
 
     assert plugin.verl_supported("0.9.1") and plugin.verl_supported("0.9.7.dev0")
     assert not plugin.verl_supported("0.8.5") and not plugin.verl_supported("0.10.0")
-    monkeypatch.setattr(plugin, "verl_version", lambda: "0.10.2")
+    monkeypatch.setattr(versions, "verl_version", lambda: "0.10.2")
     with caplog.at_level(logging.WARNING, logger="verl_rfpp"):
         plugin.check_verl_version()
     assert "verl 0.10.2 is installed" in caplog.text

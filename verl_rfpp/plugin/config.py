@@ -1,0 +1,54 @@
+"""verl's config validation: ``main_ppo`` refuses a config that breaks docs/contract.md
+section 6, before Ray starts, and one whose estimator is not ours (section 8.2)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from verl_rfpp import validation
+from verl_rfpp.plugin.registries import ensure_active
+from verl_rfpp.plugin.state import ORIGINALS, is_ours, marked
+
+
+def _validating(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
+        estimator = validation.estimator_of(config)
+        if estimator is not None:
+            ensure_active(estimator)
+            validation.enforce(config)
+        return original(config, *args, **kwargs)
+
+    return marked(validate_config)
+
+
+def wrap_validate_config() -> None:
+    """Wrap ``verl.utils.config.validate_config`` and its re-export ``verl.utils.validate_config``.
+
+    ``main_ppo`` binds the name at its import, after plugins load, so it sees the wrapper.
+    """
+    import verl.utils
+    import verl.utils.config as verl_config
+
+    current = verl_config.validate_config
+    if is_ours(current):
+        return
+    ORIGINALS["validate_config"] = current
+    wrapped = _validating(current)
+    verl_config.validate_config = wrapped
+    verl.utils.validate_config = wrapped
+
+
+def unwrap_validate_config() -> None:
+    import verl.utils
+    import verl.utils.config as verl_config
+
+    if "validate_config" in ORIGINALS:
+        verl_config.validate_config = verl.utils.validate_config = ORIGINALS.pop("validate_config")
+
+
+def validate_config_wrapped() -> bool:
+    import verl.utils.config as verl_config
+
+    return is_ours(verl_config.validate_config)

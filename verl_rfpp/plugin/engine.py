@@ -1,0 +1,94 @@
+"""verl's training engine: the ``rfpp`` actor loss divides by the mini-batch's responses, not by
+verl's row count (docs/contract.md sections 5.2 and 8.3)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable, Optional
+
+import torch
+
+from verl_rfpp import losses, validation
+from verl_rfpp.plugin import imports
+from verl_rfpp.plugin.state import ORIGINALS, is_ours, logger, marked
+
+ENGINE_BASE = "verl.workers.engine.base"  # BaseEngine.train_batch: one optimizer step, every engine
+
+_logged_once: set[str] = set()
+
+
+def rfpp_actor_config(loss_function: Any) -> Any:
+    """The ``ActorConfig`` bound in verl's ``partial(ppo_loss, config=...)`` when its policy loss
+    is ``rfpp``; ``None`` for anything else (critic, SFT, other policy losses stay verl's)."""
+    config = (getattr(loss_function, "keywords", None) or {}).get("config")
+    policy = getattr(config, "policy_loss", None)
+    mode = policy.get("loss_mode", None) if policy is not None else None
+    return config if mode == validation.POLICY_LOSS_MODE else None
+
+
+def _counting_responses(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``BaseEngine.train_batch`` whose response-mean denominator counts responses only.
+
+    verl divides both loss terms of ``seq-mean-token-mean`` (our policy loss and the k2 loss in
+    ``agg_loss``) by ``global_batch_size = ppo_mini_batch_size * rollout.n``, which counts rows
+    with no valid token (v1's padding rows, empty or aborted responses): they add 0 to the sum,
+    so every response's weight, and the whole step's gradient, shrink by ``N / G``. Here,
+    for an ``rfpp`` actor loss only, ``global_batch_size`` becomes ``N``, the number of rows with
+    a valid token in this mini-batch over all data-parallel ranks (one scalar all-reduce), which
+    makes the accumulated gradient the contract's response mean (docs/contract.md section 5).
+    A mini-batch without any response keeps a zero loss (``N`` floored at 1, not 0/0).
+    """
+
+    @functools.wraps(original)
+    def train_batch(self: Any, data: Any, loss_function: Callable[..., Any]) -> Any:
+        if rfpp_actor_config(loss_function) is not None:
+            import verl.utils.tensordict_utils as tu
+            from verl.utils.device import get_device_id
+
+            count = losses.responses_with_valid_tokens(data["response_mask"]).to(get_device_id())
+            if torch.distributed.is_initialized():
+                group = self.get_data_parallel_group()
+                torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.SUM, group=group)
+            responses = max(int(count.item()), 1)
+            rows = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
+            if rows is not None and responses != rows and "response count" not in _logged_once:
+                _logged_once.add("response count")
+                logger.info(
+                    "verl_rfpp: this mini-batch holds %d responses in %s rows (rows without a valid "
+                    "token: padding or empty responses); the rfpp actor loss divides by %d, not by "
+                    "verl's global_batch_size=%s (docs/contract.md section 5)", responses, rows,
+                    responses, rows)
+            tu.assign_non_tensor(data, global_batch_size=responses)
+        return original(self, data, loss_function)
+
+    return marked(train_batch)
+
+
+def _wrap_train_batch(engine_class: Any) -> None:
+    current = engine_class.train_batch
+    if is_ours(current):
+        return
+    ORIGINALS["BaseEngine.train_batch"] = current
+    engine_class.train_batch = _counting_responses(current)
+
+
+def patch_engine() -> None:
+    """Count responses in the ``rfpp`` loss's denominator (``_counting_responses``), now if verl's
+    engine module is loaded, else as soon as it is (idempotent)."""
+    imports.after_import(ENGINE_BASE, lambda module: _wrap_train_batch(module.BaseEngine))
+
+
+def unpatch_engine() -> None:
+    """verl's own ``BaseEngine.train_batch`` (and denominator) again; drops a pending hook."""
+    imports.cancel(ENGINE_BASE)
+    original: Optional[Any] = ORIGINALS.pop("BaseEngine.train_batch", None)
+    if original is not None and ENGINE_BASE in sys.modules:
+        sys.modules[ENGINE_BASE].BaseEngine.train_batch = original
+
+
+def engine_patched() -> bool:
+    """Whether ``BaseEngine.train_batch`` is ours, or will be when verl's engine is imported."""
+    if ENGINE_BASE in sys.modules:
+        return is_ours(sys.modules[ENGINE_BASE].BaseEngine.train_batch)
+    return ENGINE_BASE in imports.pending_imports()

@@ -1,0 +1,193 @@
+"""verl's advantage-estimator registry: our two entries, and whether verl resolves to them
+(docs/contract.md sections 8.1, 8.2, 9).
+
+The registry is reached through ``core_algos``' module attribute at call time (verl's own tests
+rebind the dict). ``register_adv_est`` refuses a name already bound, so the entries are assigned.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional
+
+import torch
+
+from verl_rfpp import estimators, validation
+from verl_rfpp.errors import RfppError
+from verl_rfpp.metrics import STEP_METRICS
+from verl_rfpp.plugin.state import ORIGINALS, public
+
+ENTRY_POINT = "verl_rfpp"
+TRACE_ENV = "VERL_RFPP_TRACE"  # a file path: one line per estimator call (name, pid, N)
+
+checked_in_process: set[str] = set()
+
+
+class ActivationError(RfppError):
+    """verl's registry does not resolve one of our names to our estimator (docs/contract.md section 8)."""
+
+
+def _guard_first_call(name: str, config: Any) -> None:
+    """Once per process: the activation guard, then the contract on the whole run config.
+
+    ``config`` is the ``algorithm`` node; ``_get_root()`` reaches the run config (OmegaConf's
+    private API, the only way from inside the estimator). Plain dicts, dataclasses and ``None``
+    have no root: the check is skipped silently (docs/contract.md section 9).
+    """
+    if name in checked_in_process:
+        return
+    ensure_active(name)
+    root = config._get_root() if hasattr(config, "_get_root") else None
+    if root is not None and validation.estimator_of(root) is not None:
+        validation.enforce(root)
+    checked_in_process.add(name)
+
+
+def _after_call(name: str, result: estimators.EstimatorResult) -> None:
+    """Keep the step's statistics for the logger; with ``VERL_RFPP_TRACE`` set, append a line
+    ``<name> pid=<pid> valid_tokens=<N> raw_adv_std=<std>`` to that file (proof of what ran where)."""
+    STEP_METRICS.record(result.stats)
+    trace = os.environ.get(TRACE_ENV)
+    if trace:
+        with open(trace, "a") as handle:
+            handle.write(f"{name} pid={os.getpid()} valid_tokens={int(result.stats.valid_token_count)} "
+                         f"raw_adv_std={float(result.stats.raw_std):.6g}\n")
+
+
+@public
+def compute_reinforce_plus_plus_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's registry entry ``reinforce_plus_plus`` (docs/contract.md sections 2, 4, 9).
+
+    Args:
+        token_level_rewards: ``(bs, response_length)``.
+        response_mask: ``(bs, response_length)``.
+        config: the ``algorithm`` node (``gamma``); ``None`` means ``gamma = 1``.
+
+    Returns:
+        ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``G``.
+    """
+    _guard_first_call("reinforce_plus_plus", config)
+    result = estimators.reinforce_plus_plus(token_level_rewards, response_mask, config)
+    _after_call("reinforce_plus_plus", result)
+    return result.advantages, result.returns
+
+
+@public
+def compute_reinforce_plus_plus_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    index: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's registry entry ``reinforce_plus_plus_baseline`` (docs/contract.md sections 3, 4, 9).
+
+    Args:
+        token_level_rewards: ``(bs, response_length)``.
+        response_mask: ``(bs, response_length)``.
+        config: the ``algorithm`` node (unused by the estimate itself).
+        index: ``(bs,)`` uids, verl's ``data.non_tensor_batch["uid"]``.
+
+    Returns:
+        ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``m * C``.
+    """
+    _guard_first_call("reinforce_plus_plus_baseline", config)
+    result = estimators.reinforce_plus_plus_baseline(token_level_rewards, response_mask, index)
+    _after_call("reinforce_plus_plus_baseline", result)
+    return result.advantages, result.returns
+
+
+ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
+    "reinforce_plus_plus": compute_reinforce_plus_plus_advantage,
+    "reinforce_plus_plus_baseline": compute_reinforce_plus_plus_baseline_advantage,
+}
+
+
+def register_estimators() -> None:
+    """Bind both names in ``core_algos.ADV_ESTIMATOR_REGISTRY`` to ours (idempotent)."""
+    from verl.trainer.ppo import core_algos
+
+    registry = core_algos.ADV_ESTIMATOR_REGISTRY
+    for name, function in ESTIMATORS.items():
+        if registry.get(name) is not function:
+            ORIGINALS.setdefault(f"estimator:{name}", registry.get(name))
+        registry[name] = function
+
+
+def unregister_estimators() -> None:
+    """verl's own entries for both names again."""
+    from verl.trainer.ppo import core_algos
+
+    for name in ESTIMATORS:
+        original = ORIGINALS.pop(f"estimator:{name}", None)
+        if original is not None:
+            core_algos.ADV_ESTIMATOR_REGISTRY[name] = original
+
+
+def registered_ours(name: str) -> bool:
+    """Whether verl's registry resolves ``name`` to our estimator."""
+    from verl.trainer.ppo import core_algos
+
+    return core_algos.ADV_ESTIMATOR_REGISTRY.get(name) is ESTIMATORS[name]
+
+
+def activation_problem(name: str) -> Optional[str]:
+    """Why ``get_adv_estimator_fn(name)`` is not ours, or ``None`` when it is."""
+    from verl.trainer.ppo import core_algos
+
+    if registered_ours(name):
+        return None
+    bound = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
+    cause = exclusion_cause()
+    if cause is None:
+        if bound is None or getattr(bound, "__module__", "") == "verl.trainer.ppo.core_algos":
+            cause = (
+                "the verl_rfpp plugin did not load or failed while loading (verl hides plugin "
+                "errors at DEBUG); check that verl-rfpp is installed in this environment"
+            )
+        else:
+            cause = (
+                f"another plugin overrode it with {bound.__module__}.{bound.__qualname__}; "
+                "uninstall it or exclude it through VERL_USE_EXTERNAL_PLUGINS"
+            )
+    return _problem(name, cause)
+
+
+def _problem(name: str, cause: str) -> str:
+    return (
+        f"verl_rfpp: verl's registry does not resolve {name!r} to verl-rfpp's estimator: {cause}. "
+        "Check with: verl-rfpp doctor"
+    )
+
+
+def exclusion_cause() -> Optional[str]:
+    """Why ``VERL_USE_EXTERNAL_PLUGINS`` keeps verl from loading this plugin, or ``None``."""
+    policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
+    allowed = {part.strip() for part in policy.split(",")}
+    if policy == "none" or (policy != "auto" and ENTRY_POINT not in allowed):
+        return (
+            f"the plugin is excluded by VERL_USE_EXTERNAL_PLUGINS={policy!r}; set it to 'auto' or "
+            f"add '{ENTRY_POINT}' to the list"
+        )
+    return None
+
+
+def not_loaded_problem(name: str) -> str:
+    """The activation problem of ``name`` when ``import verl`` did not load this module."""
+    cause = exclusion_cause() or (
+        "verl did not load it through its verl.plugins entry point; check that verl-rfpp is "
+        "installed in this environment"
+    )
+    return _problem(name, cause)
+
+
+def ensure_active(name: str) -> None:
+    """Raise ``ActivationError`` when ``get_adv_estimator_fn(name)`` is not ours."""
+    problem = activation_problem(name)
+    if problem is not None:
+        raise ActivationError(problem)
