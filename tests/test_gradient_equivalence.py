@@ -169,6 +169,19 @@ def _step_batch(model, rows: int, rng: np.random.Generator, *, padding_rows=(), 
     return arrays
 
 
+def with_masked_garbage(arrays: dict) -> dict:
+    """A copy of a step batch whose masked slots (interior holes, right padding, empty rows) hold
+    ``-inf`` / ``1e30`` in ``ref_log_prob`` and NaN in ``old_log_probs`` and ``advantages``."""
+    dirty = {key: value.copy() for key, value in arrays.items()}
+    masked = arrays["response_mask"] == 0
+    assert masked[:, 1:-1].any()  # an interior hole or a short response's padding
+    ref = dirty["ref_log_prob"]
+    ref[masked] = np.where(np.arange(masked.sum()) % 2 == 0, -np.inf, 1e30).astype(np.float32)
+    dirty["old_log_probs"][masked] = np.nan
+    dirty["advantages"][masked] = np.nan
+    return dirty
+
+
 def _overrides(n: int, prompts_per_mini_batch: int, *, micro=None, max_tokens=None, epochs=1,
                shuffle=False, lr=1e-6) -> list[str]:
     actor = "actor_rollout_ref.actor"
@@ -291,6 +304,9 @@ def runs(tmp_path_factory):
         "dp2_dynamic": _step_batch(model, 16, rng, long_rows=(0, 1, 2, 8), short_rows=(5, 6, 13),
                                    padding_rows=(15,)),
     }
+    # the "micro" batch with garbage in every masked slot of the inputs ppo_loss reads (-inf and
+    # 1e30 in ref_log_prob: float32 squares overflow; NaN in old_log_probs and advantages)
+    data["garbage"] = with_masked_garbage(data["micro"])
     for name, arrays in data.items():
         np.savez(root / f"{name}.data.npz", **arrays)
     single = [
@@ -300,6 +316,8 @@ def runs(tmp_path_factory):
         {"name": "empty_verl_denominator", "data_name": "empty", "fix": False,
          "overrides": _overrides(4, 3, micro=4)},
         {"name": "epochs", "overrides": _overrides(4, 2, micro=4, epochs=2, shuffle=True, lr=1e-2)},
+        {"name": "masked_garbage", "data_name": "garbage", "reference_name": "micro",
+         "overrides": _overrides(4, 3, micro=4)},
         {"name": "empty_vanilla", "data_name": "empty",
          "overrides": _overrides(4, 3, micro=4) + ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]},
     ]
@@ -317,7 +335,7 @@ def runs(tmp_path_factory):
     results = {}
     for directory, scenarios in ((root / "dp1", single), (root / "dp2", double)):
         for scenario in scenarios:
-            arrays = data[scenario.get("data_name", scenario["name"])]
+            arrays = data[scenario.get("reference_name", scenario.get("data_name", scenario["name"]))]
             results[scenario["name"]] = Scenario(directory, scenario["name"], arrays, model_dir)
     results["_root"] = root
     return results
@@ -347,6 +365,16 @@ def test_dp1_micro_batches_accumulate_the_mini_batch_gradient(runs):
     scenario = runs["micro"]
     assert len(scenario.steps) == 1
     assert scenario.steps[0]["micro"] == [[4, 4, 4]]  # one rank, 3 micro-batches of 4
+    _assert_contract(scenario)
+    _assert_logged_losses(scenario)
+
+
+def test_masked_garbage_in_the_loss_inputs_changes_no_gradient(runs):
+    """NaN, -inf and 1e30 in the masked slots of ``ref_log_prob`` (verl's k2 term multiplies by the
+    mask), ``old_log_probs`` and ``advantages``: the logged losses and the gradient are the
+    contract's, computed from the clean batch (docs/contract.md section 1.3)."""
+    scenario = runs["masked_garbage"]
+    assert all(np.isfinite(value).all() for value in scenario.steps[0]["grads"].values())
     _assert_contract(scenario)
     _assert_logged_losses(scenario)
 

@@ -10,6 +10,8 @@ one hook per verl subsystem, each in its own module:
   registry entries, and ``actor_loss`` registers the ``rfpp`` policy loss (section 5), right
   after verl first imports ``core_algos`` (``imports.after_import``: importing it from here would
   cost every verl process about 1 s);
+- ``actor_loss``: verl's ``ppo_loss`` selects the masked inputs of an ``rfpp`` actor (section
+  1.3; verl's k2 term multiplies by the mask), wrapped when verl imports its losses module;
 - ``engine``: the ``rfpp`` actor loss's response mean divides by the mini-batch's responses, not
   by verl's row count (``BaseEngine.train_batch``, wrapped when verl's engine module is imported);
 - ``tracking``: ``Tracking.log`` (when verl imports it) passes the ``rfpp/`` metrics to verl's
@@ -24,7 +26,15 @@ from __future__ import annotations
 
 from verl_rfpp import validation
 from verl_rfpp.plugin import imports
-from verl_rfpp.plugin.actor_loss import register_policy_loss, registered_policy_loss, rfpp_policy_loss, unregister_policy_loss
+from verl_rfpp.plugin.actor_loss import (
+    patch_ppo_loss,
+    ppo_loss_patched,
+    register_policy_loss,
+    registered_policy_loss,
+    rfpp_policy_loss,
+    unpatch_ppo_loss,
+    unregister_policy_loss,
+)
 from verl_rfpp.plugin.config import unwrap_validate_config, validate_config_wrapped, wrap_validate_config
 from verl_rfpp.plugin.engine import ENGINE_BASE, engine_patched, patch_engine, unpatch_engine
 from verl_rfpp.plugin.registries import (
@@ -54,7 +64,7 @@ __all__ = [
     "ActivationError", "CORE_ALGOS", "ENGINE_BASE", "ENTRY_POINT", "ESTIMATORS", "MARKER", "SUPPORTED_VERL",
     "SUPPORTED_VERL_TEXT", "TRACE_ENV", "TRACKING", "activate", "activation_problem", "check_verl_version",
     "compute_reinforce_plus_plus_advantage", "compute_reinforce_plus_plus_baseline_advantage", "deactivate",
-    "engine_patched", "ensure_active", "exclusion_cause", "hook_tracking", "hooks_status", "not_loaded_problem",
+    "engine_patched", "ensure_active", "patch_ppo_loss", "ppo_loss_patched", "unpatch_ppo_loss", "exclusion_cause", "hook_tracking", "hooks_status", "not_loaded_problem",
     "patch_engine", "register_estimators", "register_policy_loss", "registered_ours", "rfpp_policy_loss",
     "unpatch_engine", "verl_supported", "verl_version",
 ]
@@ -71,6 +81,7 @@ def hooks_status() -> dict[str, bool]:
     status["validate_config wrapper"] = validate_config_wrapped()
     status[f"policy loss {validation.POLICY_LOSS_MODE}"] = registered_policy_loss()
     status["Tracking.log metrics hook"] = tracking_hooked()
+    status["ppo_loss reads no masked slot (rfpp actor)"] = ppo_loss_patched()
     status["response-count denominator (engine train_batch)"] = engine_patched()
     return status
 
@@ -83,6 +94,7 @@ def activate() -> None:
         wrap_validate_config()
         imports.after_import(CORE_ALGOS, _register_all)
         imports.after_import(TRACKING, lambda module: hook_tracking())
+        patch_ppo_loss()
         patch_engine()
     except Exception:
         logger.exception(
@@ -100,6 +112,7 @@ def deactivate() -> None:
     unwrap_validate_config()
     unhook_tracking()
     unregister_policy_loss()
+    unpatch_ppo_loss()
     unpatch_engine()
     _checked_in_process.clear()
 

@@ -1,15 +1,32 @@
-"""verl's policy-loss registry: mode ``rfpp``, the plain clipped surrogate with the response mean
-(docs/contract.md section 5)."""
+"""verl's actor loss: policy-loss mode ``rfpp``, the plain clipped surrogate with the response mean
+(docs/contract.md section 5), and verl's ``ppo_loss`` reading no masked slot for an ``rfpp`` actor
+(section 1.3)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+import sys
+from typing import Any, Callable, Optional
 
 import torch
 
 from verl_rfpp import losses, validation
 from verl_rfpp.errors import RfppError
-from verl_rfpp.plugin.state import public
+from verl_rfpp.plugin import imports
+from verl_rfpp.plugin.state import ORIGINALS, is_ours, marked, public
+
+LOSSES = "verl.workers.utils.losses"  # ppo_loss: policy loss + verl's entropy and k2 terms
+PPO_LOSS_IMPORTERS = ("verl.workers.engine_workers", "verl.trainer.distillation.losses")  # bind it by name
+# The per-token inputs ppo_loss reads from the batch. verl's own terms (the k2 loss, the entropy
+# bonus) reduce through ``agg_loss``, which multiplies by the mask: a NaN/Inf there reaches the loss.
+MASKED_INPUTS = ("old_log_probs", "ref_log_prob", "advantages", "rollout_is_weights")
+
+
+def is_rfpp_actor(config: Any) -> bool:
+    """Whether an ``ActorConfig`` (or its OmegaConf node) selects policy-loss mode ``rfpp``."""
+    policy = getattr(config, "policy_loss", None)
+    mode = policy.get("loss_mode", None) if policy is not None else None
+    return mode == validation.POLICY_LOSS_MODE
 
 
 @public
@@ -77,3 +94,63 @@ def registered_policy_loss() -> bool:
     from verl.trainer.ppo import core_algos
 
     return core_algos.POLICY_LOSS_REGISTRY.get(validation.POLICY_LOSS_MODE) is rfpp_policy_loss
+
+
+def select_masked_inputs(data: Any) -> Any:
+    """A shallow copy of verl's batch ``data`` (a TensorDict) whose ``MASKED_INPUTS`` hold ``+0.0``
+    at every position where ``response_mask`` is 0, padded as ``ppo_loss`` pads them.
+
+    ``ppo_loss`` adds ``agg_loss(kl_penalty(log_prob, ref_log_prob) ...)``, which multiplies the
+    per-token k2 values by the mask: ``-inf`` in a masked ``ref_log_prob`` gives ``inf * 0 = NaN``
+    in the loss, and a NaN gradient even when the product is selected afterwards. Selecting the
+    inputs first keeps every masked slot out of the loss and its gradient (docs/contract.md 1.3).
+    """
+    present = [key for key in MASKED_INPUTS if key in data]
+    if not present:
+        return data
+    padded = data.select("response_mask", *present).to_padded_tensor()
+    valid = padded["response_mask"].bool()
+    selected = data.copy()
+    for key in present:
+        selected[key] = torch.where(valid, padded[key], 0.0)
+    return selected
+
+
+def _selecting_masked_inputs(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def ppo_loss(config: Any, model_output: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_rfpp_actor(config):
+            data = select_masked_inputs(data)
+        return original(config, model_output, data, *args, **kwargs)
+
+    return marked(ppo_loss)
+
+
+def _wrap_ppo_loss(module: Any) -> None:
+    current = module.ppo_loss
+    if is_ours(current):
+        return
+    ORIGINALS["ppo_loss"] = current
+    module.ppo_loss = _selecting_masked_inputs(current)
+
+
+def patch_ppo_loss() -> None:
+    """verl's ``ppo_loss`` selects the masked inputs of an ``rfpp`` actor, right after verl first
+    imports its module, before the engine workers bind the name (idempotent)."""
+    imports.after_import(LOSSES, _wrap_ppo_loss)
+
+
+def unpatch_ppo_loss() -> None:
+    imports.cancel(LOSSES)
+    original = ORIGINALS.pop("ppo_loss", None)
+    if original is not None and LOSSES in sys.modules:
+        sys.modules[LOSSES].ppo_loss = original
+
+
+def ppo_loss_patched() -> bool:
+    """Whether ``ppo_loss`` is ours where verl defines it and where it is bound by name, or will be
+    when verl imports it."""
+    if LOSSES not in sys.modules:
+        return LOSSES in imports.pending_imports()
+    bound = [sys.modules[LOSSES]] + [sys.modules[name] for name in PPO_LOSS_IMPORTERS if name in sys.modules]
+    return all(is_ours(getattr(module, "ppo_loss", None)) for module in bound)

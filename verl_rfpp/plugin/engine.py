@@ -9,8 +9,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from verl_rfpp import losses, validation
+from verl_rfpp import losses
 from verl_rfpp.plugin import imports
+from verl_rfpp.plugin.actor_loss import is_rfpp_actor
 from verl_rfpp.plugin.state import ORIGINALS, is_ours, logger, marked
 
 ENGINE_BASE = "verl.workers.engine.base"  # BaseEngine.train_batch: one optimizer step, every engine
@@ -22,9 +23,7 @@ def rfpp_actor_config(loss_function: Any) -> Any:
     """The ``ActorConfig`` bound in verl's ``partial(ppo_loss, config=...)`` when its policy loss
     is ``rfpp``; ``None`` for anything else (critic, SFT, other policy losses stay verl's)."""
     config = (getattr(loss_function, "keywords", None) or {}).get("config")
-    policy = getattr(config, "policy_loss", None)
-    mode = policy.get("loss_mode", None) if policy is not None else None
-    return config if mode == validation.POLICY_LOSS_MODE else None
+    return config if is_rfpp_actor(config) else None
 
 
 def _counting_responses(original: Callable[..., Any]) -> Callable[..., Any]:
