@@ -86,15 +86,15 @@ def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor, gamma
 def centered_sums(values: torch.Tensor, valid: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     """``[sum_S c, sum_S c^2]`` (float64) with ``c = values - mean`` on the valid positions ``S``.
 
-    ``mean`` is a float64 0-dim tensor; the torch operations subtract it as a float32 pair
-    (``hi + lo``), so a float32 ``values`` is centred on the float64 mean, not on its rounding.
+    ``mean`` is a float64 0-dim tensor; as in the kernels, ``c`` is formed and summed in float64
+    (a float32 accumulator drops the small deviations next to a large one).
     """
     if uses_cpu_kernels(values, valid):
         row_sum, row_squares = _row_vectors(values, torch.float64)
         _run_kernel("centered_row_sums", values.shape, _array(values), _array(valid), float(mean),
                     row_sum.numpy(), row_squares.numpy())
         return _totals(row_sum, row_squares)
-    centered = _centered(values, valid, mean, torch.empty_like(values))
+    centered = torch.where(valid, values.to(torch.float64) - mean, 0.0)
     return _totals(_row_sums(centered), _row_squares(centered))
 
 
@@ -182,13 +182,13 @@ def _row_vectors(values: torch.Tensor, second_dtype: torch.dtype = torch.int64):
 
 
 def _row_sums(values: torch.Tensor) -> torch.Tensor:
-    """Row sums in the working precision (torch's cascade summation), returned as float64."""
-    return values.sum(dim=-1).to(torch.float64)
+    """Row sums accumulated in float64 (docs/contract.md section 4.4)."""
+    return values.sum(dim=-1, dtype=torch.float64)
 
 
 def _row_squares(values: torch.Tensor) -> torch.Tensor:
-    """Row sums of squares from row norms (no squared temporary), returned as float64."""
-    return torch.linalg.vector_norm(values, dim=-1).to(torch.float64).square()
+    """Row sums of squares, accumulated in float64, from row norms (no squared temporary)."""
+    return torch.linalg.vector_norm(values, dim=-1, dtype=torch.float64).square()
 
 
 def _centered(values, valid, mean, out):
