@@ -46,3 +46,40 @@ def run(rank, world_size, init_file, scenarios, result_file):
         outcome = ("crash", traceback.format_exc())
     with open(result_file, "wb") as handle:
         pickle.dump(outcome, handle)
+
+
+def run_refusals(rank, world_size, init_file, scenarios, result_file, timeout_s=30.0):
+    """For each scenario ``(name, estimator, shards)``, ``shards[rank]`` being this rank's
+    ``(values, mask, index)``, call the estimator with the group and record
+    ``(name, error type, message)``: every rank must raise an ``RfppError``, whichever rank's
+    input is bad. Writes ``[(name, outcome, message)]`` or ``("crash", traceback)``."""
+    from verl_rfpp import RfppError, reinforce_plus_plus, reinforce_plus_plus_baseline
+
+    results = []
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        group = dist.new_group(list(range(world_size)))
+        for name, estimator, shards in scenarios:
+            values, mask, index = shards[rank]
+            try:
+                if estimator == "normalize":
+                    masked_global_normalize(values, mask, process_group=group)
+                elif estimator == "rfpp":
+                    reinforce_plus_plus(values, mask, index, process_group=group)
+                else:
+                    reinforce_plus_plus_baseline(values, mask, index, process_group=group)
+                results.append((name, "ok", ""))
+            except RfppError as error:
+                results.append((name, type(error).__name__, str(error)))
+            except Exception as error:  # a timeout of the group, or a raw error: the test fails on it
+                results.append((name, "raw " + type(error).__name__, str(error)[:500]))
+                break
+        dist.destroy_process_group()
+        outcome = ("ok", results)
+    except Exception:
+        outcome = ("crash", traceback.format_exc())
+    with open(result_file, "wb") as handle:
+        pickle.dump(outcome, handle)

@@ -37,6 +37,21 @@ def returns(rewards, mask, gamma):
     return torch.tensor(out, dtype=torch.float64).reshape(len(r), -1)
 
 
+def returns_by_recurrence(rewards, mask, gamma):
+    """docs/contract.md section 2.3 in its backward form, for long rows (``returns`` is O(T^2)):
+    ``acc_t = select(m, r)[t] + gamma * acc_{t+1}`` over every position (holes add 0 and are
+    discounted), ``G[i,t] = acc_t`` where ``m = 1``, else 0. Plain float64 Python arithmetic."""
+    r, m = _rows(rewards), _mask_rows(mask)
+    out = []
+    for row_r, row_m in zip(r, m):
+        acc, row = 0.0, [0.0] * len(row_r)
+        for t in range(len(row_r) - 1, -1, -1):
+            acc = (row_r[t] if row_m[t] else 0.0) + gamma * acc
+            row[t] = acc if row_m[t] else 0.0
+        out.append(row)
+    return torch.tensor(out, dtype=torch.float64).reshape(len(r), -1)
+
+
 def centered_rewards(rewards, mask, uids):
     """docs/contract.md section 3: C_i = R_i - mean of R over the group (inclusive); groups of one -> 0.
 

@@ -290,6 +290,48 @@ def test_float32_moments_are_stable_near_one():
     assert abs(math.sqrt(max(one_pass_var, 0.0) / exact_var) - 1.0) > 1e-2
 
 
+def _elementwise_relative_error(actual, expected):
+    valid = expected != 0
+    return ((actual.to(torch.float64) - expected).abs()[valid] / expected.abs()[valid]).max().item()
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9, 0.5])
+def test_recurrence_reference_equals_the_definition(gamma):
+    rewards, mask, _ = make_batch(6, dtype=torch.float64)
+    assert torch.allclose(reference.returns_by_recurrence(rewards, mask, gamma),
+                          reference.returns(rewards, mask, gamma), rtol=1e-13, atol=1e-15)
+
+
+# float32 returns rounded once from an exact sum are within half an ulp: 2^-24 relative. Every
+# path must store that (the kernels sum in float64); 2^-23 leaves room for float64 rounding only.
+ONE_ULP = 2.0 ** -23
+
+
+def test_float32_returns_after_a_large_reward_keep_every_digit():
+    """The issue-16 reproducer: a float32 prefix difference gave 0.002991, 0.002014, 0.000977."""
+    rewards = torch.tensor([[1000.1, 0.001, 0.001, 0.001]])
+    result = reinforce_plus_plus(rewards, torch.ones(1, 4))
+    expected = reference.returns(rewards, torch.ones(1, 4), 1.0)
+    assert _elementwise_relative_error(result.returns, expected) <= ONE_ULP
+    assert result.returns[0, 1:].tolist() == torch.tensor([0.003, 0.002, 0.001]).tolist()
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.999, 0.9])
+def test_float32_returns_of_long_dense_rows_are_rounded_once(gamma):
+    """T = 8192 dense positive rewards behind a large one: each stored return is its exact sum
+    rounded to float32 (the tail, 1e-3 of the head, is where a float32 scan loses digits)."""
+    g = torch.Generator().manual_seed(16)
+    rewards = 0.001 * torch.rand(3, 8192, generator=g) + 1e-6
+    rewards[:, 0] = 1000.1
+    mask = torch.ones(3, 8192, dtype=torch.int64)
+    mask[2, 5000:] = 0  # a shorter response
+    mask[1, 100:200] = 0  # an interior hole
+    result = reinforce_plus_plus(rewards, mask, {"gamma": gamma})
+    expected = reference.returns_by_recurrence(rewards, mask, gamma)
+    assert _elementwise_relative_error(result.returns, expected) <= ONE_ULP
+    assert relative_error(result.advantages, reference.normalize(expected, mask)) <= TOLERANCE[torch.float32]
+
+
 def test_bfloat16_is_computed_in_float32():
     rewards, mask, uids = make_batch(5, dtype=torch.bfloat16)
     result = reinforce_plus_plus_baseline(rewards, mask, uids)

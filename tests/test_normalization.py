@@ -111,7 +111,7 @@ def _scenarios(world_size):
     return scenarios
 
 
-def _run_group(world_size, scenarios, tmp_path, timeout=120.0):
+def _run_group(world_size, scenarios, tmp_path, timeout=120.0, target=distributed_worker.run):
     """Start one spawned process per rank, join every one (bounded), then read their result files.
 
     Nothing is read while a worker may still be running, so no result can depend on a live sender.
@@ -120,7 +120,7 @@ def _run_group(world_size, scenarios, tmp_path, timeout=120.0):
     result_files = [tmp_path / f"rank{rank}.pkl" for rank in range(world_size)]
     processes = [
         context.Process(
-            target=distributed_worker.run,
+            target=target,
             args=(rank, world_size, str(tmp_path / "rendezvous"), scenarios, str(result_files[rank])),
         )
         for rank in range(world_size)
@@ -172,3 +172,39 @@ def test_sharded_population_equals_single_process(world_size, tmp_path):
         for rank in range(world_size):
             for got, want in zip(outcomes[rank][2], single_stats):
                 assert abs(got - want.item()) <= 1e-12 * max(1.0, abs(want.item())), name
+
+
+def _refusal_scenarios():
+    """Two ranks; rank 1's input is bad in one way per scenario, rank 0's is fine."""
+    values, mask, uids = make_batch(4, prompts=4, length=8, dtype=torch.float64)
+    good = (values[:6], mask[:6], None)
+    nan_mask = mask[6:].clone()
+    nan_mask[0, 0] = math.nan
+    bad = {
+        "shape": ("normalize", (values[6:], mask[6:, :-1], None)),
+        "dtype": ("normalize", (values[6:].to(torch.float8_e5m2), mask[6:], None)),
+        "nan-mask": ("rfpp", (values[6:], nan_mask, None)),
+        "gamma": ("rfpp", (values[6:], mask[6:], {"gamma": "abc"})),
+        "missing-uid": ("baseline", (values[6:], mask[6:], [None] * len(values[6:]))),
+    }
+    scenarios = []
+    for name, (estimator, shard) in bad.items():
+        first = good if estimator != "baseline" else (values[:6], mask[:6], list(uids[:6]))
+        scenarios.append((name, estimator, [first, shard]))
+    return scenarios
+
+
+def test_a_bad_input_on_one_rank_makes_every_rank_raise(tmp_path):
+    """docs/contract.md section 4.5: the rank with the bad input raises its own error naming
+    itself; the others raise too, naming it, instead of waiting in a collective for the group's
+    timeout (which they did: the bad rank raised before the first all-reduce)."""
+    scenarios = _refusal_scenarios()
+    received = _run_group(2, scenarios, tmp_path, target=distributed_worker.run_refusals)
+    outcomes = {(rank, name): (kind, message) for rank, name, kind, message in received}
+    for name, _, _ in scenarios:
+        bad_kind, bad_message = outcomes[(1, name)]
+        good_kind, good_message = outcomes.get((0, name), ("missing", ""))
+        assert bad_kind in ("RfppInputError", "NonFiniteError"), (name, bad_kind, bad_message)
+        assert "rank 1 of the 2 in the process group" in bad_message, (name, bad_message)
+        assert good_kind == "RfppInputError", (name, good_kind, good_message)
+        assert "rank(s) [1] of the process group refused their input" in good_message, (name, good_message)

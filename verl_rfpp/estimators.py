@@ -7,16 +7,17 @@ torch, numpy and pandas, never verl: it runs on plain tensors in notebooks and t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sized
+from numbers import Real
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from verl_rfpp import passes
+from verl_rfpp import inputs, passes
 from verl_rfpp.errors import NonFiniteError, RfppInputError
-from verl_rfpp.normalization import NormalizationStats, check_response_mask, normalize_rows, normalize_with_sums
+from verl_rfpp.normalization import NormalizationStats, normalize_rows, normalize_with_sums, refuse_on_every_rank
 
 
 class EstimatorResult(NamedTuple):
@@ -32,38 +33,33 @@ def gamma_of(config: Any) -> float:
 
     ``None`` means 1.0. Accepts an OmegaConf node or verl's ``AlgoConfig`` (both mappings), any
     other mapping, or any object with a ``gamma`` attribute; a config without ``gamma`` means 1.0.
+    A number, string, sequence or tensor is not a config (``config=0.9`` is refused, not read as 1.0).
     """
     if config is None:
         return 1.0
     if isinstance(config, Mapping):
         value = config.get("gamma", 1.0)
+    elif isinstance(config, (Real, str, bytes, list, tuple, torch.Tensor, np.ndarray)):
+        raise RfppInputError(
+            f"verl_rfpp: config = {inputs.describe(config)}: expected None, a mapping or an object with "
+            "a `gamma` attribute (docs/contract.md section 9.2); pass config={'gamma': 1.0}."
+        )
     else:
         value = getattr(config, "gamma", 1.0)
-    gamma = float(1.0 if value is None else value)
+    return checked_gamma(1.0 if value is None else value)
+
+
+def checked_gamma(value: Any) -> float:
+    """``gamma`` as a float in ``[0, 1]`` (docs/contract.md section 2.4), else ``RfppInputError``."""
+    fix = "algorithm.gamma=1.0, the recipe's value (docs/contract.md section 2)."
+    gamma = inputs.real_number(value, "algorithm.gamma", "a number in [0, 1]", fix)
     if not 0.0 <= gamma <= 1.0:
-        raise RfppInputError(
-            f"verl_rfpp: algorithm.gamma = {gamma} is outside [0, 1]; the recipe uses "
-            "algorithm.gamma=1.0 (docs/contract.md section 2)."
-        )
+        raise RfppInputError(f"verl_rfpp: algorithm.gamma = {gamma} is outside [0, 1]; use {fix}")
     return gamma
 
 
-def _check_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> None:
-    if token_level_rewards.dim() != 2:
-        raise RfppInputError(
-            "verl_rfpp: token_level_rewards must be (bs, response_length), got shape "
-            f"{tuple(token_level_rewards.shape)}."
-        )
-    if token_level_rewards.shape != response_mask.shape:
-        raise RfppInputError(
-            f"verl_rfpp: token_level_rewards has shape {tuple(token_level_rewards.shape)} but "
-            f"response_mask has shape {tuple(response_mask.shape)}; they must match."
-        )
-    if not token_level_rewards.is_floating_point():
-        raise RfppInputError(
-            f"verl_rfpp: token_level_rewards must be floating point, got {token_level_rewards.dtype}."
-        )
-    check_response_mask(response_mask)
+def _check_rewards(token_level_rewards: Any, response_mask: Any) -> None:
+    inputs.check_values_and_mask(token_level_rewards, response_mask, "token_level_rewards")
 
 
 def discounted_returns(
@@ -76,9 +72,31 @@ def discounted_returns(
     straight through interior mask holes, discounting by position. In the rewards' dtype.
     """
     _check_rewards(token_level_rewards, response_mask)
-    rewards = token_level_rewards.to(passes.compute_dtype(token_level_rewards.dtype))
+    gamma = checked_gamma(gamma)
+    rewards = token_level_rewards.detach().to(passes.compute_dtype(token_level_rewards.dtype))
     returns = passes.discounted_returns(rewards, response_mask, gamma)[0]
     return returns.to(token_level_rewards.dtype)
+
+
+def _uid_array(index: Any) -> np.ndarray:
+    """``index`` as a numpy array of uids: a tensor (detached; a dtype numpy lacks, bf16 or
+    float8, widened exactly to float64), an array, or a sized iterable such as a list."""
+    if isinstance(index, torch.Tensor):
+        uids = index.detach().cpu()
+        if uids.is_floating_point() and uids.dtype not in (torch.float16, torch.float32, torch.float64):
+            uids = uids.to(torch.float64)
+        elif uids.is_complex() and uids.dtype != torch.complex128:
+            uids = uids.to(torch.complex128)
+        return uids.numpy()
+    if isinstance(index, np.ndarray):
+        return index
+    if isinstance(index, (str, bytes, Mapping)) or not (isinstance(index, Sized) and isinstance(index, Iterable)):
+        raise RfppInputError(
+            f"verl_rfpp: index = {inputs.describe(index)}: expected one uid per row as a list, tuple, "
+            "numpy array or tensor; pass index=data.non_tensor_batch['uid'] (docs/contract.md section 3)."
+        )
+    # fromiter keeps tuples as single uids, where asarray would add a dimension
+    return np.fromiter(index, dtype=object, count=len(index))
 
 
 def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int, np.ndarray]:
@@ -89,20 +107,30 @@ def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int, np.ndarray]:
             "verl_rfpp: reinforce_plus_plus_baseline needs `index` (verl's `uid` per response) to "
             "form prompt groups (docs/contract.md section 3); pass index=data.non_tensor_batch['uid']."
         )
-    if isinstance(index, torch.Tensor):
-        uids = index.cpu().numpy()
-    elif isinstance(index, np.ndarray):
-        uids = index
-    else:  # fromiter keeps tuples as single uids, where asarray would add a dimension
-        uids = np.fromiter(index, dtype=object, count=len(index))
+    uids = _uid_array(index)
     if uids.ndim != 1 or len(uids) != batch:
         raise RfppInputError(
             f"verl_rfpp: index must hold one uid per row ({batch} rows), got shape {uids.shape}."
         )
     import pandas as pd  # here, not at import: pandas costs every process that imports verl ~0.2 s
 
-    codes, uniques = pd.factorize(uids, use_na_sentinel=False)
-    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques), pd.isna(uids)
+    try:
+        codes, uniques = pd.factorize(uids, use_na_sentinel=False)
+    except TypeError as error:  # an unhashable uid (a list, a dict)
+        kinds = sorted({type(uid).__name__ for uid in uids if not _hashable(uid)})
+        raise RfppInputError(
+            f"verl_rfpp: index holds unhashable uids ({', '.join(kinds) or error}); a uid must be "
+            "hashable (a string, a number, a tuple) to form groups (docs/contract.md section 3)."
+        ) from error
+    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques), np.asarray(pd.isna(uids), dtype=bool)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: Any) -> torch.Tensor:
@@ -112,6 +140,12 @@ def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: A
     row's valid-token count. Rows without any valid token are padding, not responses: they are in
     no group and get ``C_i = 0``; a group of one gets 0.
     """
+    if not (isinstance(scores, torch.Tensor) and scores.dim() == 1 and scores.is_floating_point()
+            and isinstance(lengths, torch.Tensor) and lengths.shape == scores.shape and not lengths.is_floating_point()):
+        raise RfppInputError(
+            f"verl_rfpp: group_centered_rewards needs scores, a floating (bs,) tensor, and lengths, an "
+            f"integer tensor of the same shape; got {inputs.describe(scores)} and {inputs.describe(lengths)}."
+        )
     batch = scores.shape[0]
     codes, groups, missing = group_codes(index, batch)
     is_response = lengths > 0
@@ -195,12 +229,17 @@ def reinforce_plus_plus(
         process_group: see ``masked_global_normalize``.
 
     Returns:
-        ``EstimatorResult(A_hat, G, stats)`` in the rewards' dtype.
+        ``EstimatorResult(A_hat, G, stats)`` in the rewards' dtype; rewards that require grad are
+        read detached (the outputs are constants of the loss, docs/contract.md section 1.6).
     """
-    _check_rewards(token_level_rewards, response_mask)
-    gamma = gamma_of(config)
-    rewards = token_level_rewards.to(passes.compute_dtype(token_level_rewards.dtype))
-    returns, valid, row_sum, row_count = passes.discounted_returns(rewards, response_mask, gamma)
+    inputs.check_process_group(process_group)
+    try:
+        _check_rewards(token_level_rewards, response_mask)
+        gamma = gamma_of(config)
+        rewards = token_level_rewards.detach().to(passes.compute_dtype(token_level_rewards.dtype))
+        returns, valid, row_sum, row_count = passes.discounted_returns(rewards, response_mask, gamma)
+    except Exception as error:
+        refuse_on_every_rank(error, process_group, token_level_rewards, response_mask)
     del rewards  # a bf16/fp16 input's float32 copy is dead: free it before the output is allocated
     advantages, stats = normalize_with_sums(returns, valid, row_count, row_sum, process_group=process_group)
     dtype = token_level_rewards.dtype
@@ -230,12 +269,17 @@ def reinforce_plus_plus_baseline(
         process_group: see ``masked_global_normalize``; groups must not span ranks.
 
     Returns:
-        ``EstimatorResult(A_hat, m * C, stats)`` in the rewards' dtype.
+        ``EstimatorResult(A_hat, m * C, stats)`` in the rewards' dtype; rewards that require grad
+        are read detached (docs/contract.md section 1.6).
     """
-    _check_rewards(token_level_rewards, response_mask)
-    rewards = token_level_rewards.to(passes.compute_dtype(token_level_rewards.dtype))
-    valid, scores, lengths = passes.selected_row_sums(rewards, response_mask)
-    centered = group_centered_rewards(scores, lengths, index)
+    inputs.check_process_group(process_group)
+    try:
+        _check_rewards(token_level_rewards, response_mask)
+        rewards = token_level_rewards.detach().to(passes.compute_dtype(token_level_rewards.dtype))
+        valid, scores, lengths = passes.selected_row_sums(rewards, response_mask)
+        centered = group_centered_rewards(scores, lengths, index)
+    except Exception as error:
+        refuse_on_every_rank(error, process_group, token_level_rewards, response_mask)
     normalized_rows, stats = normalize_rows(centered, lengths, process_group=process_group)
     _check_centered_fits(centered, lengths, token_level_rewards.dtype)  # after NaN/Inf are refused
     advantages, raw = passes.broadcast_rows(valid, normalized_rows, centered, token_level_rewards.dtype)

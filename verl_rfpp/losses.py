@@ -10,6 +10,9 @@ from typing import Optional
 
 import torch
 
+from verl_rfpp import inputs
+from verl_rfpp.errors import RfppInputError
+
 # exp(20) ~ 4.9e8 keeps rho finite in float32; |log rho| > 20 never occurs in a sane update.
 LOG_RATIO_BOUND = 20.0
 
@@ -20,6 +23,14 @@ def k2_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tens
     Its gradient with respect to ``logp_theta`` is ``logp_theta - logp_ref``, whose expectation
     under the policy is the gradient of the reverse KL(pi_theta || pi_ref).
     """
+    if not (isinstance(log_prob, torch.Tensor) and isinstance(ref_log_prob, torch.Tensor)
+            and log_prob.shape == ref_log_prob.shape and log_prob.device == ref_log_prob.device
+            and log_prob.dtype in inputs.VALUE_DTYPES and ref_log_prob.dtype in inputs.VALUE_DTYPES):
+        raise RfppInputError(
+            "verl_rfpp: k2_penalty needs log_prob and ref_log_prob as floating tensors "
+            f"({inputs.dtype_names(inputs.VALUE_DTYPES)}) of one shape on one device; got "
+            f"{inputs.describe(log_prob)} and {inputs.describe(ref_log_prob)}."
+        )
     return 0.5 * (log_prob - ref_log_prob).square()
 
 
@@ -35,12 +46,25 @@ def response_mean(
     ``sum_i [L_i > 0] * (sum_t select(m, l)[i,t] / L_i) / n``, where ``n`` counts the responses
     with a valid token; with verl's global batch info (``global_batch_size`` responses over
     ``dp_size`` ranks whose gradients are averaged) ``n = global_batch_size / dp_size``, which makes
-    the averaged gradient the global response mean.
+    the averaged gradient the global response mean. ``n`` is floored at 1: a micro-batch without
+    a valid token gives a zero loss (and gradient), not 0/0.
     """
-    valid = response_mask.bool()
+    inputs.check_values_and_mask(loss_mat, response_mask, "loss_mat")
+    valid = response_mask != 0
     lengths = valid.sum(dim=-1)
     per_response = torch.where(valid, loss_mat, 0.0).sum(dim=-1) / lengths.clamp(min=1)
-    responses = (lengths > 0).sum() if global_batch_size is None else global_batch_size / dp_size
+    if global_batch_size is None:
+        responses = (lengths > 0).sum().clamp(min=1)
+    else:
+        size = inputs.real_number(global_batch_size, "global_batch_size", "a number of responses > 0 (or None)",
+                                  "pass None to count the responses of this batch.")
+        ranks = inputs.real_number(dp_size, "dp_size", "an integer >= 1", "pass the data-parallel size.")
+        if not (size > 0 and ranks >= 1 and ranks == int(ranks)):
+            raise RfppInputError(
+                f"verl_rfpp: response_mean needs global_batch_size > 0 and an integer dp_size >= 1, got "
+                f"{global_batch_size!r} and {dp_size!r} (docs/contract.md section 5.2)."
+            )
+        responses = max(size / ranks, 1.0)
     return per_response.sum() / responses
 
 
@@ -78,7 +102,10 @@ def clipped_surrogate(
     the lower bound binds (``rho < 1 - eps_low`` with ``A < 0``) and ``ppo_kl``, the mean of
     ``logp_old - logp_theta`` (the old/current policy drift, not the reference KL).
     """
-    valid = response_mask.bool()
+    for name, tensor in (("log_prob", log_prob), ("advantages", advantages)):
+        inputs.check_values_and_mask(tensor, response_mask, name)
+    inputs.check_values_and_mask(old_log_prob, response_mask, "old_log_prob")
+    valid = response_mask != 0
     log_ratio = torch.where(valid, log_prob - old_log_prob, 0.0).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     advantage = torch.where(valid, advantages, 0.0)
     ratio = torch.exp(log_ratio)

@@ -11,13 +11,13 @@ This module imports nothing from verl: it works on plain tensors, with an option
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, NoReturn, Optional
 
 import torch
 import torch.distributed as dist
 
-from verl_rfpp import passes
-from verl_rfpp.errors import EmptyPopulationError, NonFiniteError, RfppInputError
+from verl_rfpp import inputs, passes
+from verl_rfpp.errors import EmptyPopulationError, NonFiniteError, RfppError, RfppInputError
 
 VARIANCE_FLOOR = 1e-8
 
@@ -56,33 +56,62 @@ def _all_reduce(values: torch.Tensor, process_group: Optional[dist.ProcessGroup]
     return values
 
 
-def check_response_mask(response_mask: torch.Tensor) -> None:
-    """Refuse a floating mask holding NaN (``NaN != 0`` would count as valid, docs/contract.md
-    section 1). Bool and integer masks, verl's own, cost nothing; a floating one one pass.
-    On accelerators a device-side assert (no host sync)."""
-    if not response_mask.is_floating_point():
-        return
-    nan = torch.isnan(response_mask)
-    message = ("verl_rfpp: response_mask holds NaN{where}; a mask must be 0 (masked) or nonzero "
-               "(valid) everywhere. Fix the mask upstream, e.g. response_mask.nan_to_num(0.0).")
-    if response_mask.device.type != "cpu":
-        torch._assert_async(~nan.any(), message.format(where=""))
-    elif nan.any():
-        row, position = (int(i) for i in nan.nonzero()[0])
-        raise RfppInputError(message.format(where=f" (first at row {row}, position {position})"))
+check_response_mask = inputs.check_response_mask
+
+_BAD_RANKS_MESSAGE = (
+    "verl_rfpp: rank(s) {ranks} of the process group refused their input (that rank's own error says "
+    "why); every rank of the group raises here, so that none waits in a collective "
+    "(docs/contract.md section 4.5). Fix the input on that rank."
+)
 
 
-def _check_inputs(values: torch.Tensor, response_mask: torch.Tensor) -> None:
-    if values.shape != response_mask.shape:
-        raise RfppInputError(
-            f"verl_rfpp: values have shape {tuple(values.shape)} but response_mask has shape "
-            f"{tuple(response_mask.shape)}; both must be (bs, response_length)."
-        )
-    if not values.is_floating_point():
-        raise RfppInputError(
-            f"verl_rfpp: values must be a floating-point tensor, got {values.dtype}; cast it with .float()."
-        )
-    check_response_mask(response_mask)
+def _first_moments(first: torch.Tensor, process_group: Optional[dist.ProcessGroup]) -> torch.Tensor:
+    """All-reduce ``[N, sum_S A]`` together with one flag per rank of the group, each rank's
+    ``1`` meaning "my input was refused" (``refuse_on_every_rank``): the validity of every rank is
+    agreed on in the collective that carries the first moments, at no extra collective. A rank
+    that sees a flag raises ``RfppInputError`` naming the bad ranks (a device assert off the CPU)."""
+    if process_group is None:
+        return first
+    flags = torch.zeros(dist.get_world_size(process_group), dtype=first.dtype, device=first.device)
+    sums = _all_reduce(torch.cat([first, flags]), process_group)
+    bad = sums[2:]
+    if bad.device.type != "cpu":
+        torch._assert_async(bad.sum() == 0, _BAD_RANKS_MESSAGE.format(ranks="(see the other ranks)"))
+    elif bool(bad.any()):
+        raise RfppInputError(_BAD_RANKS_MESSAGE.format(ranks=bad.nonzero().flatten().tolist()))
+    return sums[:2]
+
+
+def refuse_on_every_rank(error: BaseException, process_group: Optional[dist.ProcessGroup], *tensors: Any) -> NoReturn:
+    """Raise ``error``, this rank's refusal of its input; with a process group, first join the
+    first collective of ``_first_moments`` with this rank's flag set, so the other ranks raise too
+    instead of waiting for the group's timeout (docs/contract.md section 4.5). The error raised here
+    names this rank; an error that is not ours is re-raised as it is, after the collective."""
+    if process_group is None:
+        raise error
+    rank, size = dist.get_rank(process_group), dist.get_world_size(process_group)
+    sums = torch.zeros(2 + size, dtype=torch.float64, device=_collective_device(process_group, tensors))
+    sums[2 + rank] = 1.0
+    _all_reduce(sums, process_group)
+    if not isinstance(error, RfppError):
+        raise error
+    message = f"{error} [rank {rank} of the {size} in the process group; every rank of the group raises]"
+    try:
+        annotated = type(error)(message)
+    except TypeError:  # an error type with another constructor
+        annotated = RfppInputError(message)
+    raise annotated from error
+
+
+def _collective_device(process_group: dist.ProcessGroup, tensors) -> torch.device:
+    """The device the good ranks all-reduce on: the inputs' (CPU for gloo, the current GPU for nccl)."""
+    backend = str(dist.get_backend(process_group)).lower()
+    if "nccl" in backend:
+        return torch.device("cuda", torch.cuda.current_device())
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta" and backend != "gloo":
+            return tensor.device
+    return torch.device("cpu")
 
 
 def normalize_with_sums(
@@ -107,8 +136,9 @@ def normalize_with_sums(
          ``variance_floor``;
       3. one pass: the output and its sums for the metrics.
     """
+    variance_floor = inputs.check_variance_floor(variance_floor)
     first = torch.stack([passes.total(row_count).to(torch.float64), passes.total(row_sum).to(torch.float64)])
-    count, total = _all_reduce(first, process_group).unbind()
+    count, total = _first_moments(first, process_group).unbind()
     mean = total / _checked_count(count)
     centered_total, centered_squares = _all_reduce(passes.centered_sums(raw, valid, mean), process_group).unbind()
     shift, variance, inv_std = _variance(count, total, centered_total, centered_squares, variance_floor)
@@ -132,11 +162,12 @@ def normalize_rows(
     Returns the normalized row values ``(v_i - mu) / sqrt(max(var, floor))`` (float64) and the
     stats; rows with ``L_i = 0`` are ignored whatever ``v_i`` holds.
     """
+    variance_floor = inputs.check_variance_floor(variance_floor)
     weights = lengths.to(torch.float64)
     values = torch.where(weights > 0, row_values.to(torch.float64), 0.0)
 
     first = torch.stack([passes.total(weights), passes.total(weights * values)])
-    count, total = _all_reduce(first, process_group).unbind()
+    count, total = _first_moments(first, process_group).unbind()
     mean = total / _checked_count(count)
 
     centered = values - mean
@@ -160,8 +191,24 @@ def normalize_row_constant(
 ) -> tuple[torch.Tensor, NormalizationStats]:
     """``normalize_rows`` broadcast to ``where(m, (v_i - mu) / sqrt(max(var, floor)), 0)`` in
     ``dtype``, ``valid`` being the boolean ``(bs, T)`` mask."""
+    inputs.check_process_group(process_group)
+    try:
+        inputs.check_tensor(valid, "valid")
+        if valid.dtype != torch.bool:
+            raise RfppInputError(f"verl_rfpp: valid must be a bool tensor, got {valid.dtype}; pass response_mask != 0.")
+        if not isinstance(row_values, torch.Tensor) or row_values.shape != valid.shape[:1] or row_values.dtype not in inputs.VALUE_DTYPES:
+            raise RfppInputError(
+                f"verl_rfpp: row_values must be a ({inputs.dtype_names(inputs.VALUE_DTYPES)}) tensor of shape "
+                f"({valid.shape[0]},), one value per row of valid; got {inputs.describe(row_values)}."
+            )
+        if dtype not in inputs.VALUE_DTYPES:
+            raise RfppInputError(f"verl_rfpp: dtype = {dtype!r}; supported: {inputs.dtype_names(inputs.VALUE_DTYPES)}.")
+        lengths = passes.row_lengths(valid)
+        row_values = row_values.detach().to(valid.device)
+    except Exception as error:
+        refuse_on_every_rank(error, process_group, row_values, valid)
     normalized_rows, stats = normalize_rows(
-        row_values, passes.row_lengths(valid), process_group=process_group, variance_floor=variance_floor
+        row_values, lengths, process_group=process_group, variance_floor=variance_floor
     )
     zero = torch.zeros((), dtype=dtype, device=valid.device)
     return torch.where(valid, normalized_rows.to(dtype)[:, None], zero), stats
@@ -230,12 +277,22 @@ def masked_global_normalize(
         ``(A_hat, stats)``: ``A_hat`` has ``values``' dtype and shape, exactly 0.0 where
         ``m = 0``; bf16/fp16 inputs are computed in float32. ``stats`` are 0-dim float64 tensors.
 
+    Inputs that require grad are read detached: the normalized advantage is a constant of the
+    loss (docs/contract.md section 1.6).
+
     Raises:
+        RfppInputError: an input outside docs/contract.md section 1.6; with a process group every
+            rank raises when any rank's input is refused (section 4.5).
         EmptyPopulationError: no valid token on any rank (on accelerators, a device-side assert).
     """
-    _check_inputs(values, response_mask)
-    raw = values.to(passes.compute_dtype(values.dtype))
-    valid, row_sum, row_count = passes.selected_row_sums(raw, response_mask)
+    inputs.check_process_group(process_group)
+    try:
+        variance_floor = inputs.check_variance_floor(variance_floor)
+        inputs.check_values_and_mask(values, response_mask, "values")
+        raw = values.detach().to(passes.compute_dtype(values.dtype))
+        valid, row_sum, row_count = passes.selected_row_sums(raw, response_mask)
+    except Exception as error:
+        refuse_on_every_rank(error, process_group, values, response_mask)
     normalized, stats = normalize_with_sums(
         raw, valid, row_count, row_sum, process_group=process_group, variance_floor=variance_floor
     )

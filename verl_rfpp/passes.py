@@ -73,9 +73,12 @@ def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor, gamma
                     returns.numpy(), row_sum.numpy(), row_count.numpy())
         return returns, valid, row_sum, row_count
     valid = as_bool_mask(response_mask)
-    returns.copy_(rewards).masked_fill_(~valid, 0.0)
     if returns.shape[1] > 0:
-        returns = _suffix_sums(returns, gamma) if gamma == 1.0 else _blocked_discounted_sums(returns, gamma)
+        selected = rewards.masked_fill(~valid, 0.0)
+        exact = _suffix_sums(selected, gamma) if gamma == 1.0 else _blocked_discounted_sums(selected, gamma)
+        del selected
+        returns.copy_(exact)  # rounded once, to the working precision, as the kernels store it
+        del exact
         returns.masked_fill_(~valid, 0.0)
     return returns, valid, _row_sums(returns), row_lengths(valid)
 
@@ -83,15 +86,15 @@ def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor, gamma
 def centered_sums(values: torch.Tensor, valid: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     """``[sum_S c, sum_S c^2]`` (float64) with ``c = values - mean`` on the valid positions ``S``.
 
-    ``mean`` is a float64 0-dim tensor; the torch operations subtract it as a float32 pair
-    (``hi + lo``), so a float32 ``values`` is centred on the float64 mean, not on its rounding.
+    ``mean`` is a float64 0-dim tensor; as in the kernels, ``c`` is formed and summed in float64
+    (a float32 accumulator drops the small deviations next to a large one).
     """
     if uses_cpu_kernels(values, valid):
         row_sum, row_squares = _row_vectors(values, torch.float64)
         _run_kernel("centered_row_sums", values.shape, _array(values), _array(valid), float(mean),
                     row_sum.numpy(), row_squares.numpy())
         return _totals(row_sum, row_squares)
-    centered = _centered(values, valid, mean, torch.empty_like(values))
+    centered = torch.where(valid, values.to(torch.float64) - mean, 0.0)
     return _totals(_row_sums(centered), _row_squares(centered))
 
 
@@ -140,10 +143,11 @@ def _run_kernel(name: str, shape: torch.Size, *arrays) -> None:
     """Run ``verl_rfpp.kernels.<name>`` over the rows of ``shape`` on torch's thread count."""
     try:
         from verl_rfpp import kernels  # numba is imported on first use, not in every verl process
-    except ImportError as error:
+    except Exception as error:  # ImportError, or OSError/RuntimeError when llvmlite cannot load
         raise RfppInputError(
-            f"verl_rfpp: the CPU kernels need numba ({error}); `pip install numba`, or set "
-            f"{CPU_KERNELS_VARIABLE}=0 to use torch operations on the CPU (slower)."
+            f"verl_rfpp: the CPU kernels need numba, whose import failed with {type(error).__name__}: "
+            f"{error}; install a working numba (`pip install numba`), or set {CPU_KERNELS_VARIABLE}=0 "
+            "to use torch operations on the CPU (slower)."
         ) from error
     kernels.run(getattr(kernels, name), shape, torch.get_num_threads(), *arrays)
 
@@ -178,13 +182,13 @@ def _row_vectors(values: torch.Tensor, second_dtype: torch.dtype = torch.int64):
 
 
 def _row_sums(values: torch.Tensor) -> torch.Tensor:
-    """Row sums in the working precision (torch's cascade summation), returned as float64."""
-    return values.sum(dim=-1).to(torch.float64)
+    """Row sums accumulated in float64 (docs/contract.md section 4.4)."""
+    return values.sum(dim=-1, dtype=torch.float64)
 
 
 def _row_squares(values: torch.Tensor) -> torch.Tensor:
-    """Row sums of squares from row norms (no squared temporary), returned as float64."""
-    return torch.linalg.vector_norm(values, dim=-1).to(torch.float64).square()
+    """Row sums of squares, accumulated in float64, from row norms (no squared temporary)."""
+    return torch.linalg.vector_norm(values, dim=-1, dtype=torch.float64).square()
 
 
 def _centered(values, valid, mean, out):
@@ -195,29 +199,31 @@ def _centered(values, valid, mean, out):
 
 
 def _suffix_sums(selected: torch.Tensor, gamma: float) -> torch.Tensor:
-    """gamma = 1: an in-place cumulative sum (CPU ``cumsum`` accumulates in double) gives the
-    inclusive prefix ``P``; the suffix sum is ``P[:, -1] - P[:, t-1]``."""
-    prefix = selected.cumsum_(dim=1)
-    returns = torch.empty_like(prefix)
-    returns[:, 0] = prefix[:, -1]
-    torch.sub(prefix[:, -1:], prefix[:, :-1], out=returns[:, 1:])
-    return returns
+    """gamma = 1: ``G[:, t] = sum_{u >= t} select(m, r)[:, u]`` as a reversed cumulative sum in
+    float64 (each suffix summed from its own terms: no prefix difference, no cancellation)."""
+    return selected.to(torch.float64).flip(1).cumsum_(dim=1).flip(1)
 
 
 def _blocked_discounted_sums(selected: torch.Tensor, gamma: float) -> torch.Tensor:
-    """gamma < 1: an exact blocked recurrence, a ``(C, C)`` discount matrix within chunks of
-    ``C = 128`` positions and the carry ``gamma^(C-t) * G[:, next chunk start]`` between them."""
+    """gamma < 1: an exact blocked recurrence in float64. Within chunks of ``C = 128`` positions a
+    ``(C, C)`` discount matrix gives the chunk-local sums ``S``; the return at each chunk start,
+    ``H[k] = sum_{j >= k} gamma^(C (j - k)) * S[j, 0]``, comes from one more ``(K, K)`` discount
+    matrix over the ``K`` chunks; then ``G[k, t] = S[k, t] + gamma^(C - t) * H[k + 1]``."""
     batch, length = selected.shape
     chunk = min(_BLOCK, length)
     chunks = -(-length // chunk)
-    padded = torch.nn.functional.pad(selected, (0, chunks * chunk - length)).view(batch, chunks, chunk)
+    padded = torch.nn.functional.pad(selected.to(torch.float64), (0, chunks * chunk - length))
+    local = torch.matmul(padded.view(batch, chunks, chunk), _discount_matrix(gamma, chunk, 1, selected.device))
+    starts = torch.matmul(local[:, :, 0], _discount_matrix(gamma, chunks, chunk, selected.device))
     offsets = torch.arange(chunk, dtype=torch.float64, device=selected.device)
-    lags = offsets[:, None] - offsets[None, :]  # lags[u, t] = u - t
-    discount = torch.where(lags >= 0, torch.pow(gamma, lags.clamp(min=0)), 0.0).to(selected.dtype)
-    local = torch.matmul(padded, discount)  # sum over u >= t within the chunk
-    carry_weight = torch.pow(gamma, chunk - offsets).to(selected.dtype)  # gamma^(C - t)
-    carry = torch.zeros(batch, dtype=selected.dtype, device=selected.device)
-    for index in range(chunks - 1, -1, -1):
-        local[:, index].add_(carry[:, None] * carry_weight)
-        carry = local[:, index, 0]
-    return local.view(batch, chunks * chunk)[:, :length].contiguous()
+    carry_weight = torch.pow(gamma, chunk - offsets)  # gamma^(C - t)
+    local[:, :-1].add_(starts[:, 1:, None] * carry_weight)
+    return local.view(batch, chunks * chunk)[:, :length]
+
+
+def _discount_matrix(gamma: float, size: int, step: int, device: torch.device) -> torch.Tensor:
+    """``D[u, t] = gamma^(step * (u - t))`` for ``u >= t``, else 0 (float64): ``x @ D`` sums the
+    discounted terms at and after each index."""
+    offsets = torch.arange(size, dtype=torch.float64, device=device)
+    lags = offsets[:, None] - offsets[None, :]
+    return torch.where(lags >= 0, torch.pow(gamma, step * lags.clamp(min=0)), 0.0)
