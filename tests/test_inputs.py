@@ -295,14 +295,15 @@ def test_rfpp_policy_loss_through_verl_ppo_loss_on_an_all_masked_micro_batch_is_
     from verl_rfpp.cli import compose_verl_config
 
     tu.assign_non_tensor(data, global_batch_size=None, batch_num_tokens=None)
-    # verl's own k2 term (agg_loss) is not ours and divides 0 by 0 too: only the rfpp policy loss here
+    # the recipe's k2 term too: verl's agg_loss would divide 0 by 0 without a global_batch_size
     config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]) + [
-        "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.use_dynamic_bsz=False"])
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.use_dynamic_bsz=False"])
     actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
-    assert actor.policy_loss.loss_mode == "rfpp" and not actor.use_kl_loss
-    loss, _ = ppo_loss(actor, model_output, data)
-    assert torch.isfinite(loss) and loss.item() == 0.0
+    assert actor.policy_loss.loss_mode == "rfpp" and actor.use_kl_loss
+    loss, metrics = ppo_loss(actor, model_output, data)
+    loss.backward()
+    assert torch.isfinite(loss) and loss.item() == 0.0 and metrics["kl_loss"].aggregate() == 0.0
+    assert torch.equal(log_prob.grad, torch.zeros_like(log_prob))
 
 
 # --- the CPU kernels' import (docs/contract.md section 9.5) ---------------------------------------

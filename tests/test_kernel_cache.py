@@ -85,6 +85,20 @@ def test_no_writable_cache_location_compiles_in_memory_with_one_warning(tmp_path
     assert "no locator available" in warnings[0] and "NUMBA_CACHE_DIR" in warnings[0]
 
 
+def test_an_unwritable_numba_cache_dir_is_reported_with_where_numba_really_caches(tmp_path):
+    """numba skips a NUMBA_CACHE_DIR it cannot create and writes to the next location (here the
+    user-wide cache under XDG_CACHE_HOME) without a word: one WARNING naming both, then nothing."""
+    (tmp_path / "a-file").write_text("")
+    env = {"NUMBA_CACHE_LOCATOR_CLASSES": "UserProvidedCacheLocator,UserWideCacheLocator",
+           "XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
+    warnings = _run(tmp_path / "a-file" / "cache", **env)
+    assert len(warnings) == 1, warnings
+    assert "NUMBA_CACHE_DIR is not a writable directory" in warnings[0]
+    assert f"numba caches them in {tmp_path / 'xdg'}" in warnings[0]
+    assert any((tmp_path / "xdg").rglob("*.nbi"))
+    assert _run(tmp_path / "usable", **env) == []
+
+
 @pytest.mark.parametrize("damage", ["truncated-index", "garbage-index", "garbage-data"])
 def test_unreadable_cache_files_compile_in_memory_with_one_warning_then_repair(tmp_path, damage):
     cache_dir = tmp_path / "numba-cache"

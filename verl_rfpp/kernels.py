@@ -14,7 +14,9 @@ stored. Per-row results go to ``(bs,)`` float64 / int64 arrays; the caller adds 
 numba's disk cache is an optimization, never a requirement: with no writable cache location, or
 with unreadable cache files (truncated, garbage, another numba's), the same kernels compile in
 memory, and one WARNING on logger ``verl_rfpp`` names the problem and the fix (``NUMBA_CACHE_DIR``);
-``cache_problem`` keeps it for ``verl-rfpp doctor``.
+a ``NUMBA_CACHE_DIR`` numba cannot write to (it then caches elsewhere without a word) is reported
+the same way. ``cache_problem`` and ``cache_directory`` (where the kernels are really cached)
+are kept for ``verl-rfpp doctor``.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ _JIT = {"nogil": True, "boundscheck": False}
 # valid position must survive to the caller's finiteness check.
 _REDUCTION_JIT = {**_JIT, "fastmath": {"reassoc"}}
 
-cache_problem: Optional[str] = None  # why the disk cache is not used in this process, if it is not
+cache_problem: Optional[str] = None  # why the disk cache is not used as asked in this process
+cache_directory: Optional[str] = None  # where numba really caches the kernels (None: in memory)
+
+IN_MEMORY = "they are compiled in memory instead (about 1 s per process, same results)"
 
 
-def _cache_failed(problem: str) -> None:
+def _cache_failed(problem: str, consequence: str = IN_MEMORY) -> None:
     """Record the first cache problem of this process and log it once, with the fix."""
     global cache_problem
     if cache_problem is not None:
@@ -47,11 +52,25 @@ def _cache_failed(problem: str) -> None:
     target = os.environ.get("NUMBA_CACHE_DIR")
     where = f"NUMBA_CACHE_DIR={target!r}" if target else "no NUMBA_CACHE_DIR set"
     cache_problem = (
-        f"numba cannot use its disk cache for the verl_rfpp CPU kernels ({problem}; {where}); they "
-        "are compiled in memory instead (about 1 s per process, same results). Fix: set "
-        "NUMBA_CACHE_DIR to a writable directory (or delete the unreadable cache files)."
+        f"numba cannot use its disk cache for the verl_rfpp CPU kernels ({problem}; {where}); "
+        f"{consequence}. Fix: set NUMBA_CACHE_DIR to a writable directory (or delete the unreadable "
+        "cache files)."
     )
     logger.warning("verl_rfpp: %s", cache_problem)
+
+
+def _check_location(cache: Any) -> None:
+    """Record where ``cache`` (numba's FunctionCache) writes. numba skips a ``NUMBA_CACHE_DIR`` it
+    cannot write to and silently caches elsewhere; that is a cache problem of its own."""
+    global cache_directory
+    path = getattr(cache, "_cache_path", None)
+    if path is None:
+        return
+    cache_directory = path
+    target = os.environ.get("NUMBA_CACHE_DIR")
+    if target and os.path.commonpath([os.path.abspath(target), os.path.abspath(path)]) != os.path.abspath(target):
+        _cache_failed("NUMBA_CACHE_DIR is not a writable directory",
+                      f"numba caches them in {path} instead")
 
 
 def _guard(method: Callable[..., Any], action: str, cleanup: Callable[[], None]) -> Callable[..., Any]:
@@ -94,6 +113,7 @@ def _njit(options: dict[str, Any]) -> Callable[[Callable[..., Any]], Any]:
             _cache_failed(str(error))
             return numba.njit(cache=False, **options)(function)
         cache = getattr(dispatcher, "_cache", None)  # numba's FunctionCache (private, numba >= 0.60)
+        _check_location(cache)
         if cache is not None and hasattr(cache, "load_overload") and hasattr(cache, "save_overload"):
             cache.load_overload = _guard(cache.load_overload, "reading a cache file",
                                          functools.partial(_remove_index, cache))

@@ -116,11 +116,25 @@ def select_masked_inputs(data: Any) -> Any:
     return selected
 
 
+def with_response_count(data: Any) -> Any:
+    """``data`` with ``global_batch_size`` set to its responses (floored at 1) when verl gave none
+    (a direct call, one rank): verl's ``agg_loss`` would divide the k2 term of an all-masked batch
+    by 0; the engine's train_batch sets it on every training path (docs/contract.md section 5.2)."""
+    import verl.utils.tensordict_utils as tu
+
+    if tu.get_non_tensor_data(data=data, key="global_batch_size", default=None) is not None:
+        return data
+    responses = max(int(losses.responses_with_valid_tokens(data["response_mask"])), 1)
+    counted = data.copy()
+    tu.assign_non_tensor(counted, global_batch_size=responses)
+    return counted
+
+
 def _selecting_masked_inputs(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def ppo_loss(config: Any, model_output: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
         if is_rfpp_actor(config):
-            data = select_masked_inputs(data)
+            data = with_response_count(select_masked_inputs(data))
         return original(config, model_output, data, *args, **kwargs)
 
     return marked(ppo_loss)
