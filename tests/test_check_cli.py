@@ -142,6 +142,7 @@ def test_a_config_group_hydra_cannot_compose_is_one_line_exit_3(override):
     assert "Traceback" not in out + err
     lines = out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("verl-rfpp check: Hydra cannot compose")
+    assert f"in override {override!r}" in lines[0]
 
 
 def test_the_removed_key_fix_is_pasteable(capsys):

@@ -131,6 +131,8 @@ def _composition_error(error: Exception, overrides: Sequence[str]) -> str:
             return _composition_message(error, override)
         if f"'{override.split('=', 1)[0].lstrip('+~')}'" in str(error):
             culprit = override  # the last override of the key Hydra names
+    if culprit is None and "Config group override" in str(error):  # Hydra names no group: a null one
+        culprit = next((o for o in reversed(overrides) if o.partition("=")[2].strip().lower() == "null"), None)
     return _composition_message(error, culprit)
 
 
