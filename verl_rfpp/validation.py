@@ -75,14 +75,6 @@ class UnreadableConfigError(RfppError):
         )
 
 
-def misspelt_estimator(name: Any) -> Optional["MisspeltEstimatorError"]:
-    """The refusal for an ``adv_estimator`` that is one of ours misspelt, else ``None``; the
-    caller checks that verl's registry does not hold ``name`` (``verl-rfpp check`` and the
-    plugin's validate_config print this one text)."""
-    meant = near_miss(name)
-    return None if meant is None else MisspeltEstimatorError(name, meant)
-
-
 class MisspeltEstimatorError(RfppError):
     """``algorithm.adv_estimator`` is not an estimator verl knows but one letter or the case off ours."""
 
@@ -93,6 +85,14 @@ class MisspeltEstimatorError(RfppError):
             f"algorithm.adv_estimator={name} is not an estimator verl knows; did you mean {meant}?\n"
             f"Fix: algorithm.adv_estimator={meant}"
         )
+
+
+def misspelt_estimator(name: Any) -> Optional[MisspeltEstimatorError]:
+    """The refusal for an ``adv_estimator`` that is one of ours misspelt, else ``None``; the
+    caller checks that verl's registry does not hold ``name`` (``verl-rfpp check`` and the
+    plugin's validate_config print this one text)."""
+    meant = near_miss(name)
+    return None if meant is None else MisspeltEstimatorError(name, meant)
 
 
 class ConfigViolationError(RfppError):
