@@ -100,3 +100,54 @@ def test_a_near_miss_of_our_names_names_the_estimator_meant(name, meant, capsys)
 def test_other_estimators_are_left_alone(name, capsys):
     assert cli.main(["check", f"algorithm.adv_estimator={name}"]) == 0
     assert "verl-rfpp does not touch this run" in capsys.readouterr().out
+
+
+UNSET = "${oc.env:VERL_RFPP_TEST_UNSET_VARIABLE}"
+
+
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (BASE + [f"actor_rollout_ref.rollout.n={UNSET}"], "actor_rollout_ref.rollout.n"),
+        (BASE + [f"algorithm.adv_estimator={UNSET}"], "algorithm.adv_estimator"),
+        (RFPP + [f"algorithm.gamma={UNSET}"], "algorithm.gamma"),
+        (RFPP + ["algorithm.kl_penalty=${algorithm.no_such_key}"], "algorithm.kl_penalty"),
+        (BASE + ["actor_rollout_ref.actor.loss_agg_mode=???"], "actor_rollout_ref.actor.loss_agg_mode"),
+        (RFPP + [f"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size={UNSET}"],
+         "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"),
+        (RFPP + [f"algorithm.rollout_correction.bypass_mode={UNSET}"], "algorithm.rollout_correction.bypass_mode"),
+        (BASE + [f"trainer.use_v1={UNSET}"], "trainer.use_v1"),
+    ],
+    ids=["rollout-n", "adv-estimator", "gamma", "missing-key-interpolation", "mandatory-value", "ulysses",
+         "bypass-mode", "use-v1"],
+)
+def test_a_key_the_rules_read_that_does_not_resolve_is_one_line_exit_3(overrides, key, capsys, monkeypatch):
+    monkeypatch.delenv("VERL_RFPP_TEST_UNSET_VARIABLE", raising=False)
+    assert cli.main(["check", *overrides]) == 3
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"verl-rfpp check: cannot resolve {key} (set by override '{key}=")
+    assert f"Fix: give {key} a value that resolves" in lines[0]
+
+
+def test_an_unresolvable_key_no_rule_reads_is_not_our_problem(capsys, monkeypatch):
+    monkeypatch.delenv("VERL_RFPP_TEST_UNSET_VARIABLE", raising=False)
+    assert cli.main(["check", *BASE, f"actor_rollout_ref.actor.optim.lr={UNSET}"]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("override", ["data=null", "model_engine=null", "data=no_such_data_config"])
+def test_a_config_group_hydra_cannot_compose_is_one_line_exit_3(override):
+    code, out, err = _check(*BASE, override)
+    assert code == 3, out + err
+    assert "Traceback" not in out + err
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("verl-rfpp check: Hydra cannot compose")
+    assert f"in override {override!r}" in lines[0]
+
+
+def test_the_removed_key_fix_is_pasteable(capsys):
+    assert cli.main(["check", *RFPP, "~algorithm.kl_ctrl"]) == 1
+    out = capsys.readouterr().out
+    fixes = [line.split("Fix: ", 1)[1] for line in out.splitlines() if "Fix: " in line]
+    assert fixes == ["++algorithm.kl_ctrl.type=fixed", "++algorithm.kl_ctrl.kl_coef=0.01"]
+    assert cli.main(["check", *RFPP, "~algorithm.kl_ctrl", *fixes]) == 0

@@ -7,8 +7,11 @@ import os
 import subprocess
 import sys
 
+import re
+from pathlib import Path
+
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from verl_rfpp import validation
 from verl_rfpp.cli import compose_verl_config
@@ -60,6 +63,37 @@ CASES = [
     ("rfpp-gamma-not-a-number", RFPP + ["algorithm.gamma=high"], {"algorithm.gamma"}),
     ("rfpp-gamma-above-one", RFPP + ["algorithm.gamma=1.5"], {"algorithm.gamma"}),
     ("base-gamma-negative", BASE + ["algorithm.gamma=-0.1"], {"algorithm.gamma"}),
+    # every engine's sequence-splitting key, in the engine's own packaged config (section 6.2.4);
+    # the reference model's copy interpolates the actor's, so both are reported
+    ("rfpp-fsdp-turbo-cp", RFPP + [f"{AR}.actor.strategy=fsdp_turbo",
+                                   f"{AR}.actor.fsdp_config.turbo_config.distributed.ulysses_parallel_size=2"],
+     {f"{AR}.actor.fsdp_config.turbo_config.distributed.ulysses_parallel_size"}),
+    ("base-ref-fsdp-turbo-cp", BASE + [f"{AR}.ref.fsdp_config.turbo_config.distributed.ulysses_parallel_size=4"],
+     {f"{AR}.ref.fsdp_config.turbo_config.distributed.ulysses_parallel_size"}),
+    ("base-megatron-engine-cp", BASE + ["model_engine=megatron", f"{AR}.actor.megatron.context_parallel_size=2"],
+     {f"{AR}.actor.megatron.context_parallel_size", f"{AR}.ref.megatron.context_parallel_size"}),
+    ("rfpp-megatron-dynamic-cp", RFPP + ["model_engine=megatron", f"{AR}.actor.megatron.dynamic_context_parallel=True"],
+     {f"{AR}.actor.megatron.dynamic_context_parallel", f"{AR}.ref.megatron.dynamic_context_parallel"}),
+    ("base-torchtitan-engine-cp", BASE + ["model_engine=torchtitan", f"{AR}.actor.torchtitan.context_parallel_size=2"],
+     {f"{AR}.actor.torchtitan.context_parallel_size", f"{AR}.ref.torchtitan.context_parallel_size"}),
+    ("rfpp-veomni-engine-sp", RFPP + ["model_engine=veomni", f"{AR}.actor.veomni.ulysses_parallel_size=2"],
+     {f"{AR}.actor.veomni.ulysses_parallel_size", f"{AR}.ref.veomni.ulysses_parallel_size"}),
+    ("rfpp-automodel-cp", RFPP + [f"+{AR}.actor.automodel.cp_size=2"], {f"{AR}.actor.automodel.cp_size"}),
+    ("base-ulysses-true", BASE + [f"{AR}.actor.fsdp_config.ulysses_sequence_parallel_size=True"],
+     {f"{AR}.actor.fsdp_config.ulysses_sequence_parallel_size"}),
+    # rejection sampling and bypass mode change both estimators (section 6.2.8)
+    ("rfpp-rejection-sampling", RFPP + ["algorithm.rollout_correction.rollout_rs=token_k1"],
+     {"algorithm.rollout_correction.rollout_rs"}),
+    ("rfpp-bypass-mode", RFPP + ["algorithm.rollout_correction.bypass_mode=True"],
+     {"algorithm.rollout_correction.bypass_mode"}),
+    # a key a rule reads, removed: refused, naming it (the rules never fall back to a default)
+    ("rfpp-no-kl-ctrl", RFPP + ["~algorithm.kl_ctrl"], {"algorithm.kl_ctrl.type", "algorithm.kl_ctrl.kl_coef"}),
+    ("rfpp-no-kl-penalty", RFPP + ["~algorithm.kl_penalty"], {"algorithm.kl_penalty"}),
+    ("base-no-kl-loss-type", BASE + [f"~{AR}.actor.kl_loss_type"], {f"{AR}.actor.kl_loss_type"}),
+    ("base-no-rollout-n", BASE + [f"~{AR}.rollout.n"], {f"{AR}.rollout.n"}),
+    ("rfpp-no-loss-agg-mode", RFPP + [f"~{AR}.actor.loss_agg_mode"], {f"{AR}.actor.loss_agg_mode"}),
+    ("base-no-policy-loss", BASE + [f"~{AR}.actor.policy_loss"], {f"{AR}.actor.policy_loss.loss_mode"}),
+    ("rfpp-no-use-v1", RFPP + ["~trainer.use_v1"], {"trainer.use_v1"}),
     # accepted: the recipes and legal variants
     ("base-recipe", BASE, set()),
     ("rfpp-recipe", RFPP, set()),
@@ -74,6 +108,12 @@ CASES = [
     ("base-v1-sync-explicit", BASE + ["trainer.v1.trainer_mode=sync", "+trainer.v1.sync.parameter_sync_step=1"], set()),
     ("base-importance-weights", BASE + ["algorithm.rollout_correction.rollout_is=token"], set()),
     ("base-async-rollout-hybrid", BASE + [f"{AR}.rollout.mode=async", f"{AR}.hybrid_engine=True"], set()),
+    # verl reads rollout_correction with .get: without it nothing is corrected
+    ("rfpp-no-rollout-correction", RFPP + ["~algorithm.rollout_correction"], set()),
+    # every engine's packaged defaults split nothing; Megatron's tensor-parallel sequence_parallel is not a split
+    *((f"rfpp-{engine}-defaults", RFPP + [f"model_engine={engine}"], set()) for engine in ("megatron", "torchtitan", "veomni")),
+    ("base-fsdp-turbo-defaults", BASE + [f"{AR}.actor.strategy=fsdp_turbo"], set()),
+    ("base-megatron-tp-sequence-parallel", BASE + ["model_engine=megatron", f"{AR}.actor.megatron.sequence_parallel=True"], set()),
     # other estimators: never touched, whatever their settings
     ("grpo-anything", ["algorithm.adv_estimator=grpo", f"{AR}.rollout.n=1", "trainer.v1.trainer_mode=colocate_async",
                        f"{AR}.actor.ulysses_sequence_parallel_size=2", "algorithm.use_kl_in_reward=True"], set()),
@@ -119,10 +159,75 @@ def test_every_fix_works_pasted_as_shown(overrides, expected):
 
 def test_keys_fixed_with_double_plus_are_exactly_those_verl_lacks():
     base = compose_verl_config([])
-    rule_keys = set(validation.PARALLEL_SIZE_KEYS) | set(validation._TYPED_KEYS)
     missing = object()
-    absent = {key for key in rule_keys if OmegaConf.select(base, key, default=missing) is missing}
+    absent = {key for key in validation._TYPED_KEYS if OmegaConf.select(base, key, default=missing) is missing}
     assert absent == set(validation.ADDED_KEYS)
+
+
+ENGINES = ("dp", "megatron", "torchtitan", "veomni")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_required_keys_are_in_every_engines_packaged_config(engine):
+    """A removed key is refused only if verl's config has it: no recipe is refused for a key it lacks."""
+    config = compose_verl_config([f"model_engine={engine}"])
+    missing = object()
+    for estimator, keys in validation.REQUIRED_KEYS.items():
+        assert [key for key in keys if OmegaConf.select(config, key, default=missing) is missing] == [], estimator
+
+
+# Any name that could mean splitting a sequence across ranks (wider than the rule's pattern), and
+# the names among them that do not: Megatron's / Automodel's tensor-parallel sequence_parallel
+# (activations sharded within a tensor-parallel group; every rank computes whole sequences'
+# log-probabilities), a length budget of dynamic context parallelism (refused on its own switch).
+SPLIT_WORDS = re.compile(r"ulysses|context_parallel|(^|_)(cp|sp)(_|$)|sequence_parallel|seq_parallel|parallel_seq")
+NOT_SPLITTING = {"sequence_parallel", "max_seqlen_per_dp_cp_rank"}
+
+
+def _tree_keys(node, prefix):
+    for name in node:
+        key = f"{prefix}.{name}"
+        yield key
+        if not OmegaConf.is_interpolation(node, name) and not OmegaConf.is_missing(node, name) and isinstance(node[name], DictConfig):
+            yield from _tree_keys(node[name], key)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_sequence_splitting_key_of_every_engine_is_ruled(engine):
+    """Guards the derivation of 6.2.4: every key of the composed config (this engine's defaults,
+    actor and reference) whose name speaks of splitting a sequence is one the rule reads."""
+    config = compose_verl_config([f"model_engine={engine}"])
+    ruled = set(validation.sequence_splitting_keys(config))
+    candidates = {
+        key for root in validation.ENGINE_ROLES for key in _tree_keys(OmegaConf.select(config, root), root)
+        if SPLIT_WORDS.search(key.rsplit(".", 1)[-1]) and key.rsplit(".", 1)[-1] not in NOT_SPLITTING
+    }
+    assert candidates and candidates == ruled
+
+
+def _verl_engine_names():
+    """Every ``engine_config.<name>`` verl's engines read and every field of its engine configs."""
+    import verl
+
+    root = Path(verl.__file__).parent
+    names = set()
+    for source in (root / "workers" / "engine").rglob("*.py"):
+        names |= set(re.findall(r"engine_config\.(\w+)", source.read_text()))
+    names |= set(re.findall(r"^    (\w+): [^=\n]+= ", (root / "workers" / "config" / "engine.py").read_text(), re.M))
+    for yaml in (root / "trainer" / "config" / "engine").glob("*.yaml"):
+        names |= set(re.findall(r"^\s*(\w+):", yaml.read_text(), re.M))
+    return names
+
+
+def test_every_sequence_splitting_name_verl_reads_matches_the_rule():
+    """The rule's name pattern against verl's own engine sources and configs, so a new engine key
+    that splits sequences (``<x>_context_parallel_size``, ``cp_size``, ...) fails here."""
+    names = {name for name in _verl_engine_names() if SPLIT_WORDS.search(name)}
+    assert {"ulysses_sequence_parallel_size", "ulysses_parallel_size", "context_parallel_size",
+            "dynamic_context_parallel", "cp_size"} <= names
+    uncovered = {name for name in names - NOT_SPLITTING if not validation.SEQUENCE_SPLITTING_KEY.match(name)}
+    assert uncovered == set()
+    assert not any(validation.SEQUENCE_SPLITTING_KEY.match(name) for name in NOT_SPLITTING)
 
 
 def test_table_is_large_enough():

@@ -113,7 +113,9 @@ def compose_verl_config(overrides: Sequence[str]):
 CHECK_EXIT_CODES = """exit status:
   0  the config runs the estimator as docs/contract.md defines it (or selects none of ours)
   1  violations, a misspelt estimator name, or verl would not run our estimator (activation)
-  3  Hydra cannot compose the overrides with verl's ppo_trainer config (unknown key, bad syntax)"""
+  3  Hydra cannot compose the overrides with verl's ppo_trainer config (unknown key, bad syntax,
+     a config group set to null), or a key the rules read does not resolve (an unset
+     ${oc.env:...}, a missing key in an interpolation, ???)"""
 
 
 def _composition_error(error: Exception, overrides: Sequence[str]) -> str:
@@ -129,6 +131,8 @@ def _composition_error(error: Exception, overrides: Sequence[str]) -> str:
             return _composition_message(error, override)
         if f"'{override.split('=', 1)[0].lstrip('+~')}'" in str(error):
             culprit = override  # the last override of the key Hydra names
+    if culprit is None and "Config group override" in str(error):  # Hydra names no group: a null one
+        culprit = next((o for o in reversed(overrides) if o.partition("=")[2].strip().lower() == "null"), None)
     return _composition_message(error, culprit)
 
 
@@ -140,23 +144,39 @@ def _composition_message(error: Exception, culprit: Optional[str]) -> str:
     return f"verl-rfpp check: Hydra cannot compose verl's ppo_trainer config {where}: {reason}"
 
 
+def _unreadable_message(error: validation.UnreadableConfigError, overrides: Sequence[str]) -> str:
+    """One line for a key the rules read that does not resolve, naming the override that set it."""
+    setting = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") == error.key]
+    where = f" (set by override {setting[-1]!r})" if setting else ""
+    return f"verl-rfpp check: cannot resolve {error.key}{where}: {error.reason}. Fix: {error.fix}."
+
+
 def _check(args: argparse.Namespace) -> int:
     """Compose verl's config with the overrides and print the contract's verdict."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    import verl.trainer  # noqa: F401  (an import failure is no composition error: let it raise)
 
     try:
         config = compose_verl_config(args.overrides)
-    except (HydraException, OmegaConfBaseException) as error:
+    except ImportError:
+        raise
+    except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
         print(_composition_error(error, args.overrides))
         return 3
+    try:
+        return _verdict(config)
+    except validation.UnreadableConfigError as error:
+        print(_unreadable_message(error, args.overrides))
+        return 3
+
+
+def _verdict(config) -> int:
+    """Print the contract's verdict on a composed config; its exit status (``_check``)."""
+    name = validation.estimator_name(config)
     estimator = validation.estimator_of(config)
     if estimator is None:
-        name = config.algorithm.adv_estimator
-        meant = validation.near_miss(name)
-        if meant is not None and not _registered_in_verl(name):
-            print(f"algorithm.adv_estimator={name} is not an estimator verl knows; did you mean {meant}?\n"
-                  f"Fix: algorithm.adv_estimator={meant}")
+        misspelt = validation.misspelt_estimator(name)
+        if misspelt is not None and not _registered_in_verl(name):
+            print(misspelt)
             return 1
         print(f"algorithm.adv_estimator={name}: not a verl-rfpp estimator; verl-rfpp does not touch this run.")
         return 0
@@ -174,10 +194,10 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _registered_in_verl(name: str) -> bool:
+def _registered_in_verl(name) -> bool:
     from verl.trainer.ppo import core_algos
 
-    return name in core_algos.ADV_ESTIMATOR_REGISTRY
+    return isinstance(name, str) and name in core_algos.ADV_ESTIMATOR_REGISTRY
 
 
 def _activation_problem(estimator: str) -> Optional[str]:

@@ -7,10 +7,12 @@ Pure functions over OmegaConf: nothing here imports verl. Only configs whose
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from verl_rfpp.errors import RfppError
 
@@ -25,17 +27,21 @@ RESPONSE_MEAN = "seq-mean-token-mean"
 K1_NAMES = ("kl", "k1")
 K2_NAMES = ("k2", "mse")
 
-# Every engine's context / sequence parallel size, for the actor and the reference model.
-PARALLEL_SIZE_KEYS = tuple(
-    f"actor_rollout_ref.{role}.{key}"
-    for role in ("actor", "ref")
-    for key in (
-        "ulysses_sequence_parallel_size",
-        "fsdp_config.ulysses_sequence_parallel_size",
-        "megatron.context_parallel_size",
-        "torchtitan.context_parallel_size",
-        "veomni.ulysses_parallel_size",
-    )
+# The engine configs the actor and the reference model are built from (``actor.engine`` is
+# ``fsdp_config``, ``megatron``, ``torchtitan`` or ``veomni``, chosen by ``model_engine``).
+ENGINE_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref")
+
+# The name of every config key with which one of verl 0.9.1's engines splits a sequence across
+# ranks (docs/contract.md section 6.2.4), read off verl/workers/engine/** and the engine configs:
+# FSDP's ``ulysses_sequence_parallel_size`` (and the deprecated actor-level one), fsdp_turbo's
+# ``turbo_config.distributed.ulysses_parallel_size``, VeOmni's ``ulysses_parallel_size``,
+# Megatron's and TorchTitan's ``context_parallel_size``, Megatron's ``dynamic_context_parallel``
+# (context parallelism chosen per batch, on with size 1), Automodel's ``cp_size``. Matched by
+# name anywhere under ``ENGINE_ROLES``, so a key at a new path is caught too. Megatron's and
+# Automodel's boolean ``sequence_parallel`` is tensor-parallel activation sharding (every rank
+# still sees whole sequences' log-probabilities) and is not one of them.
+SEQUENCE_SPLITTING_KEY = re.compile(
+    r"^(\w*ulysses\w*_size|\w*context_parallel_size|(\w+_)?cp_size|(\w+_)?sp_size|dynamic_context_parallel)$"
 )
 
 
@@ -57,6 +63,38 @@ class Violation:
         )
 
 
+class UnreadableConfigError(RfppError):
+    """A key the rules read cannot be read: an interpolation that does not resolve, or ``???``."""
+
+    def __init__(self, key: str, reason: str):
+        self.key = key
+        self.reason = reason
+        self.fix = f"give {key} a value that resolves (set what its interpolation reads, or override {key}=<value>)"
+        super().__init__(
+            f"verl_rfpp cannot read {key}, which docs/contract.md section 6 checks: {reason}. Fix: {self.fix}."
+        )
+
+
+class MisspeltEstimatorError(RfppError):
+    """``algorithm.adv_estimator`` is not an estimator verl knows but one letter or the case off ours."""
+
+    def __init__(self, name: Any, meant: str):
+        self.name = name
+        self.meant = meant
+        super().__init__(
+            f"algorithm.adv_estimator={name} is not an estimator verl knows; did you mean {meant}?\n"
+            f"Fix: algorithm.adv_estimator={meant}"
+        )
+
+
+def misspelt_estimator(name: Any) -> Optional[MisspeltEstimatorError]:
+    """The refusal for an ``adv_estimator`` that is one of ours misspelt, else ``None``; the
+    caller checks that verl's registry does not hold ``name`` (``verl-rfpp check`` and the
+    plugin's validate_config print this one text)."""
+    meant = near_miss(name)
+    return None if meant is None else MisspeltEstimatorError(name, meant)
+
+
 class ConfigViolationError(RfppError):
     """A config that would silently change REINFORCE++; the message lists every violation."""
 
@@ -76,16 +114,34 @@ class ConfigViolationError(RfppError):
 _MISSING = object()
 
 
+class _Absent:
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT = _Absent()
+"""What a violation reports as found for a key that is not in the config at all."""
+
+
+def _reason(error: Exception) -> str:
+    return " ".join(str(error).split("\n", 1)[0].split()) or type(error).__name__
+
+
 def _get(config: DictConfig, key: str, default: Any = None) -> Any:
-    return OmegaConf.select(config, key, default=default)
+    """The resolved value at ``key`` (``default`` if absent); ``UnreadableConfigError`` when it
+    does not resolve or is ``???``."""
+    try:
+        return OmegaConf.select(config, key, default=default, throw_on_missing=True)
+    except OmegaConfBaseException as error:
+        raise UnreadableConfigError(key, _reason(error)) from error
 
 
-# Rule keys that verl 0.9.1's packaged ppo_trainer config does not have: only a ``+key=...``
-# override adds them, so their fix is ``++key=...`` (add or override), which works both appended
-# to the offending command and in place of the offending override.
-ADDED_KEYS = frozenset(
-    key for key in PARALLEL_SIZE_KEYS if ".megatron." in key or ".torchtitan." in key or ".veomni." in key
-) | {"trainer.v1.sync.parameter_sync_step"}
+# Typed rule keys that verl 0.9.1's packaged ppo_trainer config does not have: only a
+# ``+key=...`` override adds them, so their fix is ``++key=...`` (add or override), which works
+# both appended to the offending command and in place of the offending override. Fixes of
+# sequence-splitting keys (present or not, depending on ``model_engine``) and of removed keys
+# are ``++`` for the same reason.
+ADDED_KEYS = frozenset({"trainer.v1.sync.parameter_sync_step"})
 
 
 def _override(key: str, value: Any, config: DictConfig) -> str:
@@ -111,7 +167,6 @@ _TYPED_KEYS: dict[str, tuple[type, bool, Any]] = {
     "algorithm.filter_groups.enable": (bool, False, False),
     "trainer.use_v1": (bool, False, True),
     "trainer.v1.sync.parameter_sync_step": (int, False, 1),
-    **{key: (int, True, 1) for key in PARALLEL_SIZE_KEYS},
 }
 _TYPE_NAMES = {int: "an integer", bool: "a boolean (True or False)", float: "a number"}
 
@@ -138,6 +193,97 @@ def _type_violations(config: DictConfig, estimator: str) -> list[Violation]:
             f"{_TYPE_NAMES[kind]} (docs/contract.md section 6).",
             _override(key, recipe.get(key, fix_value), config),
         ))
+    return found
+
+
+# The keys the rules read that verl's packaged config always has, with the value a fix sets when
+# the recipe has none. verl reads them as attributes (a removed one fails mid-run or falls back
+# to a dataclass default no rule saw), so an override that removes one (``~key``) is refused.
+# Not here: keys verl reads with ``.get`` and treats as off when absent (``async_training``,
+# ``algorithm.rollout_correction.*``, ``algorithm.filter_groups.*``, the v1 sync step).
+_COMMON_REQUIRED = {
+    "actor_rollout_ref.actor.loss_agg_mode": RESPONSE_MEAN,
+    "actor_rollout_ref.actor.policy_loss.loss_mode": POLICY_LOSS_MODE,
+    "actor_rollout_ref.actor.use_kl_loss": False,
+    "algorithm.use_kl_in_reward": False,
+    "algorithm.gamma": 1.0,
+    "trainer.use_v1": True,
+    "trainer.v1.trainer_mode": "sync",
+}
+REQUIRED_KEYS: dict[str, dict[str, Any]] = {
+    REINFORCE_PLUS_PLUS: {
+        **_COMMON_REQUIRED,
+        "algorithm.kl_penalty": "kl",
+        "algorithm.kl_ctrl.type": "fixed",
+        "algorithm.kl_ctrl.kl_coef": 0.01,
+    },
+    BASELINE: {
+        **_COMMON_REQUIRED,
+        "actor_rollout_ref.rollout.n": 8,
+        "actor_rollout_ref.actor.kl_loss_type": "k2",
+        "actor_rollout_ref.actor.kl_loss_coef": 0.01,
+    },
+}
+
+
+def _absent_violations(config: DictConfig, estimator: str) -> list[Violation]:
+    """Every key of ``REQUIRED_KEYS`` an override removed (``~algorithm.kl_ctrl``)."""
+    recipe = dict(line.split("=", 1) for line in RECIPES[estimator])
+    return [
+        Violation(
+            key, ABSENT, "present",
+            "verl-rfpp's rules and verl's trainer read this key; without it the rule cannot check "
+            "the method and verl fails or falls back to a default (docs/contract.md section 6).",
+            f"++{key}={recipe.get(key, fix_value)}",
+        )
+        for key, fix_value in REQUIRED_KEYS[estimator].items()
+        if _get(config, key, _MISSING) is _MISSING
+    ]
+
+
+def sequence_splitting_keys(config: DictConfig) -> list[str]:
+    """Every key under ``ENGINE_ROLES`` whose name matches ``SEQUENCE_SPLITTING_KEY``, including
+    keys inside containers reached through an interpolation; other values are never resolved."""
+    found: list[str] = []
+    for root in ENGINE_ROLES:
+        node = _get(config, root)
+        if isinstance(node, DictConfig):
+            found.extend(_matching_keys(config, node, root))
+    return found
+
+
+def _matching_keys(config: DictConfig, node: DictConfig, prefix: str) -> Iterator[str]:
+    for name in node:
+        key = f"{prefix}.{name}"
+        if SEQUENCE_SPLITTING_KEY.match(str(name)):
+            yield key
+            continue
+        if OmegaConf.is_missing(node, name):
+            continue
+        if OmegaConf.is_interpolation(node, name):
+            try:  # a container behind an interpolation; a leaf that fails is no key of ours
+                child = OmegaConf.select(config, key, throw_on_missing=True)
+            except OmegaConfBaseException:
+                continue
+        else:
+            child = node[name]
+        if isinstance(child, DictConfig):
+            yield from _matching_keys(config, child, key)
+
+
+def _sequence_parallel_rule(config: DictConfig) -> list[Violation]:
+    found = []
+    for key in sequence_splitting_keys(config):
+        value = _get(config, key)
+        switch = key.rsplit(".", 1)[-1].startswith("dynamic_")
+        accepted = value is None or (value is False if switch else _has_type(value, int) and value == 1)
+        if not accepted:
+            found.append(Violation(
+                key, value, "False" if switch else "1",
+                "context / sequence parallelism splits each response across ranks, which the "
+                "estimator and the response-mean loss do not support (docs/contract.md section 6.2.4).",
+                f"++{key}={'False' if switch else 1}",
+            ))
     return found
 
 
@@ -175,10 +321,23 @@ def _one_edit_apart(first: str, second: str) -> bool:
     return True
 
 
-def estimator_of(config: DictConfig) -> Optional[str]:
-    """Our estimator's name when ``algorithm.adv_estimator`` selects one, else ``None``."""
+def estimator_name(config: DictConfig) -> Any:
+    """The value of ``algorithm.adv_estimator`` (an enum's value); ``UnreadableConfigError`` when
+    it does not resolve."""
     name = _get(config, "algorithm.adv_estimator")
-    name = getattr(name, "value", name)
+    return getattr(name, "value", name)
+
+
+def estimator_of(config: Any) -> Optional[str]:
+    """Our estimator's name when ``algorithm.adv_estimator`` selects one, else ``None``: also for
+    a config this module cannot read (not an OmegaConf ``DictConfig``, or an ``adv_estimator``
+    that does not resolve), which is verl's to report (docs/contract.md section 6.3)."""
+    if not isinstance(config, DictConfig):
+        return None
+    try:
+        name = estimator_name(config)
+    except UnreadableConfigError:
+        return None
     return name if name in ESTIMATOR_NAMES else None
 
 
@@ -213,12 +372,30 @@ def _common_rules(config: DictConfig) -> list[Violation]:
         "clipped surrogate of docs/contract.md section 5.",
         POLICY_LOSS_MODE, default="vanilla",
     )
-    for key in PARALLEL_SIZE_KEYS:
-        _require(
-            found, config, key, lambda size: size is None or size == 1, "1",
-            "context / sequence parallelism is not a supported mode (docs/contract.md section 6).", 1,
-        )
+    found.extend(_sequence_parallel_rule(config))
+    found.extend(_rollout_correction_rules(config))
     found.extend(_trainer_mode_rules(config))
+    return found
+
+
+def _rollout_correction_rules(config: DictConfig) -> list[Violation]:
+    """Both estimators: verl's rollout correction may reweight the loss (``rollout_is``) but
+    nothing may rewrite the mask or replace the loss and its old log-probabilities."""
+    found: list[Violation] = []
+    _require(
+        found, config, "algorithm.rollout_correction.rollout_rs", lambda rs: rs is None, "null",
+        "rejection sampling rewrites response_mask after the rewards (and REINFORCE++'s KL shaping) "
+        "are fixed and before the estimator runs: a rejected last token drops the outcome reward R_i "
+        "from every return and advantage of the response (docs/contract.md section 6.2.8).",
+        "null",
+    )
+    _require(
+        found, config, "algorithm.rollout_correction.bypass_mode", lambda on: not on, "False",
+        "bypass mode uses the rollout engine's log-probabilities as the old policy (the ratio and "
+        "REINFORCE++'s k1 shaping) and, in the legacy trainer, replaces the rfpp loss with verl's "
+        "bypass_mode loss (docs/contract.md section 6.2.8).",
+        False, default=False,
+    )
     return found
 
 
@@ -297,28 +474,18 @@ def _baseline_rules(config: DictConfig) -> list[Violation]:
             "only the k2 loss has the reverse-KL gradient the method relies on (docs/contract.md section 3).",
             "k2",
         )
-    _require(
-        found, config, "algorithm.rollout_correction.rollout_rs", lambda rs: rs is None, "null",
-        "rejection sampling rewrites response_mask after the rewards are fixed and can mask the "
-        "reward token (docs/contract.md section 6).",
-        "null",
-    )
-    _require(
-        found, config, "algorithm.rollout_correction.bypass_mode", lambda on: not on, "False",
-        "bypass mode replaces the advantage-weighted clipped surrogate (docs/contract.md section 6).",
-        False, default=False,
-    )
     return found
 
 
 def violations(config: DictConfig) -> list[Violation]:
-    """Every docs/contract.md section 6 rule the config breaks; empty for other estimators."""
+    """Every docs/contract.md section 6 rule the config breaks; empty for other estimators.
+    ``UnreadableConfigError`` when a key a rule reads does not resolve."""
     estimator = estimator_of(config)
     if estimator is None:
         return []
-    wrong_types = _type_violations(config, estimator)
-    if wrong_types:  # the rules compare values: they see only well-typed configs
-        return wrong_types
+    incomplete = _absent_violations(config, estimator) + _type_violations(config, estimator)
+    if incomplete:  # the rules compare values: they see only complete, well-typed configs
+        return incomplete
     found = _common_rules(config) + _gamma_rule(config)
     if estimator == REINFORCE_PLUS_PLUS:
         found.extend(_reinforce_plus_plus_rules(config))
@@ -359,7 +526,8 @@ def warnings_for(config: DictConfig) -> list[str]:
 
 
 def enforce(config: DictConfig) -> None:
-    """Raise ``ConfigViolationError`` listing every violation; log each warning at WARNING."""
+    """Raise ``ConfigViolationError`` listing every violation (``UnreadableConfigError`` for a key
+    a rule reads that does not resolve); log each warning at WARNING."""
     estimator = estimator_of(config)
     if estimator is None:
         return

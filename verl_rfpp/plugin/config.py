@@ -1,10 +1,14 @@
 """verl's config validation: ``main_ppo`` refuses a config that breaks docs/contract.md
-section 6, before Ray starts, and one whose estimator is not ours (section 8.2)."""
+section 6, before Ray starts, one whose estimator is not ours (section 8.2), and one whose
+estimator is ours misspelt. Any other config, and one this wrapper cannot read (not an OmegaConf
+node, an ``adv_estimator`` that does not resolve), goes to verl's own validation untouched."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Optional
+
+from omegaconf import DictConfig
 
 from verl_rfpp import validation
 from verl_rfpp.plugin.registries import ensure_active
@@ -18,9 +22,33 @@ def _validating(original: Callable[..., Any]) -> Callable[..., Any]:
         if estimator is not None:
             ensure_active(estimator)
             validation.enforce(config)
+        else:
+            misspelt = _misspelt_estimator(config)
+            if misspelt is not None:
+                raise misspelt
         return original(config, *args, **kwargs)
 
     return marked(validate_config)
+
+
+def _misspelt_estimator(config: Any) -> Optional[validation.MisspeltEstimatorError]:
+    """The did-you-mean refusal of ``verl-rfpp check`` for a readable ``adv_estimator`` that verl
+    does not know and that is one of ours misspelt; ``None`` otherwise."""
+    if not isinstance(config, DictConfig):
+        return None
+    try:
+        name = validation.estimator_name(config)
+    except validation.UnreadableConfigError:
+        return None
+    misspelt = validation.misspelt_estimator(name)
+    return None if misspelt is None or registered_in_verl(name) else misspelt
+
+
+def registered_in_verl(name: Any) -> bool:
+    """Whether verl's advantage registry holds ``name`` (another plugin may own a near name)."""
+    from verl.trainer.ppo import core_algos
+
+    return isinstance(name, str) and name in core_algos.ADV_ESTIMATOR_REGISTRY
 
 
 def wrap_validate_config() -> None:

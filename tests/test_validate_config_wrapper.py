@@ -1,0 +1,90 @@
+"""The plugin's wrapper of verl's ``validate_config`` (docs/contract.md sections 6.3, 6.5): real
+``verl.utils.config.validate_config``, real Hydra composition. It refuses what breaks our
+contract and passes every config it cannot read, or that is not ours, to verl untouched."""
+
+from __future__ import annotations
+
+import traceback
+
+import pytest
+
+import verl.utils.config as verl_config
+from verl_rfpp import cli, validation
+from verl_rfpp import plugin
+from verl_rfpp.plugin.state import ORIGINALS
+
+BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])
+RFPP = list(validation.RECIPES["reinforce_plus_plus"])
+UNSET = "${oc.env:VERL_RFPP_TEST_UNSET_VARIABLE}"
+# what verl's own validation needs to get past its batch-size checks
+SIZES = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.train_batch_size=8",
+         "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
+
+
+@pytest.fixture(autouse=True)
+def wrapped(monkeypatch):
+    monkeypatch.delenv("VERL_RFPP_TEST_UNSET_VARIABLE", raising=False)
+    assert plugin.validate_config_wrapped(), "verl did not load the plugin"
+    return verl_config.validate_config
+
+
+def _raised(function, config):
+    try:
+        function(config, use_reference_policy=True, use_critic=False)
+    except Exception as error:  # noqa: BLE001 (whatever verl raises is the point)
+        return error
+    return None
+
+
+def _innermost_file(error):
+    return traceback.extract_tb(error.__traceback__)[-1].filename
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"algorithm": {"adv_estimator": "reinforce_plus_plus"}},
+        None,
+        "algorithm.adv_estimator=reinforce_plus_plus",
+        lambda: cli.compose_verl_config([f"algorithm.adv_estimator={UNSET}", *SIZES]),
+        lambda: cli.compose_verl_config([f"algorithm.adv_estimator={UNSET}"]),
+    ],
+    ids=["plain-dict", "none", "string", "unresolvable-estimator", "unresolvable-estimator-verl-default-sizes"],
+)
+def test_a_config_the_wrapper_cannot_read_reaches_verls_validation_untouched(wrapped, config):
+    config = config() if callable(config) else config
+    ours, verls = _raised(wrapped, config), _raised(ORIGINALS["validate_config"], config)
+    assert type(ours) is type(verls) and str(ours) == str(verls)
+    if verls is not None:
+        assert "verl_rfpp" not in _innermost_file(ours)  # verl's own code raised it
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gae", "rloo"])
+def test_other_estimators_reach_verl_with_verls_own_verdict(wrapped, estimator):
+    config = cli.compose_verl_config([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=1",
+                                      f"actor_rollout_ref.rollout.n={UNSET}", *SIZES])
+    ours, verls = _raised(wrapped, config), _raised(ORIGINALS["validate_config"], config)
+    assert type(ours) is type(verls) and str(ours) == str(verls)
+
+
+def test_ours_with_an_unresolvable_rule_key_is_a_refusal_naming_it(wrapped):
+    config = cli.compose_verl_config([*RFPP, f"algorithm.gamma={UNSET}", *SIZES])
+    with pytest.raises(validation.UnreadableConfigError, match="cannot read algorithm.gamma") as raised:
+        wrapped(config, use_reference_policy=True, use_critic=False)
+    assert "VERL_RFPP_TEST_UNSET_VARIABLE" in str(raised.value) and "Fix: give algorithm.gamma" in str(raised.value)
+
+
+@pytest.mark.parametrize("name", ["reinforce_plus_pluss", "REINFORCE_PLUS_PLUS_BASELINE"])
+def test_a_misspelt_estimator_gets_checks_did_you_mean(wrapped, name, capsys):
+    overrides = [*BASE, f"algorithm.adv_estimator={name}"]
+    with pytest.raises(validation.MisspeltEstimatorError) as raised:
+        wrapped(cli.compose_verl_config([*overrides, *SIZES]), use_reference_policy=True, use_critic=False)
+    assert cli.main(["check", *overrides]) == 1
+    assert str(raised.value) == capsys.readouterr().out.strip()
+    assert "did you mean" in str(raised.value)
+
+
+def test_a_violation_is_refused_before_verls_validation(wrapped):
+    config = cli.compose_verl_config([*RFPP, "algorithm.rollout_correction.rollout_rs=token_k1", *SIZES])
+    with pytest.raises(validation.ConfigViolationError, match="algorithm.rollout_correction.rollout_rs"):
+        wrapped(config, use_reference_policy=True, use_critic=False)
