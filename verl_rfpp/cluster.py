@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 LOOPBACK = "127.0.0.1"
+NODE_START_ATTEMPTS = 4
+NODE_START_TIMEOUT_S = 120
 # Ray rewrites a loopback address given to ``ray.init`` into this machine's routable address (and
 # connects there, where a loopback node does not listen) unless clustering across machines is off:
 # this variable, read when ray is imported, switches it off, so every address stays 127.0.0.1.
@@ -63,6 +65,8 @@ class LocalCluster:
         self._cluster: Any = None
         self._saved_tmpdir: Optional[str] = None
         self._saved_sigterm: Any = None
+        self._before: Optional[set[int]] = None  # this process's children before the cluster
+        self._nodes_by_index: dict[int, Any] = {}  # Ray's Node objects
 
     def __enter__(self) -> "LocalCluster":
         self.start()
@@ -86,14 +90,42 @@ class LocalCluster:
         os.environ["RAY_TMPDIR"] = self.temp_dir  # Ray's address file and sessions, not /tmp/ray's
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             self._saved_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        self._before = _children()
         try:
             self._cluster = Cluster(initialize_head=False, shutdown_at_exit=True)
             for index in range(self.count):
-                self._cluster.add_node(**self._node_args(index))
-            self._cluster.wait_for_nodes()
+                self._add_node(index)
+            self._cluster.wait_for_nodes(timeout=NODE_START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
+
+    def add_node(self, env: Optional[dict[str, str]] = None) -> str:
+        """Start one more node (``env`` added to its environment); its node id."""
+        index = self.count
+        self.count += 1
+        self.node_env[index] = dict(env or {})
+        self._add_node(index)
+        return self._nodes_by_index[index].node_id
+
+    def remove_node(self, node_id: str) -> None:
+        """Kill every process of the (non-head) node ``node_id``."""
+        index, node = next((i, n) for i, n in self._nodes_by_index.items() if n.node_id == node_id)
+        self._cluster.remove_node(node)
+        del self._nodes_by_index[index]
+
+    def _add_node(self, index: int) -> None:
+        """Ray gives a raylet 30 s to register with the GCS; a busy machine can take longer. A node
+        that did not come up is killed (its processes, by pid) and started again."""
+        for attempt in range(1, NODE_START_ATTEMPTS + 1):
+            known = set(self.processes()) | (self._before or set())
+            try:
+                self._nodes_by_index[index] = self._cluster.add_node(**self._node_args(index))
+                return
+            except Exception:
+                _kill(_children() - known)
+                if attempt == NODE_START_ATTEMPTS:
+                    raise
 
     def _node_args(self, index: int) -> dict:
         args = {
@@ -115,7 +147,10 @@ class LocalCluster:
             if self._cluster is not None:
                 self._cluster.shutdown()
         finally:
-            self._cluster = None
+            if self._cluster is not None or self._before is not None:
+                _kill(_children() - (self._before or set()))  # whatever a failed start left
+            self._cluster, self._before = None, None
+            self._nodes_by_index = {}
             if self._saved_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._saved_sigterm)
                 self._saved_sigterm = None
@@ -149,6 +184,22 @@ class LocalCluster:
         table = self._cluster.global_state.actor_table(None)
         return {int(entry["Pid"]): entry["Address"]["NodeID"] for entry in table.values()
                 if entry.get("Pid") and entry.get("Address", {}).get("NodeID")}
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def _kill(pids: set[int]) -> None:
+    import psutil
+
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
