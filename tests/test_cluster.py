@@ -117,3 +117,20 @@ def test_worker_probe_is_sent_by_value():
     probe = workers.probe_function()
     assert b"verl_rfpp.plugin.workers" not in cloudpickle.dumps(probe)
     assert probe()["plugin_loaded"] in (True, False)
+
+
+def test_both_trainers_worker_setup_is_wrapped_when_verl_imports_them_and_unwrapped_by_deactivate():
+    code = (
+        "import verl\n"
+        "from verl_rfpp import plugin\n"
+        "from verl_rfpp.plugin.state import is_ours\n"
+        "assert plugin.hooks_status()['worker plugin check (trainer init_workers)']\n"
+        "import verl.trainer.ppo.v1.trainer_base as v1, verl.trainer.ppo.ray_trainer as legacy\n"
+        "print(is_ours(v1.PPOTrainer.init), is_ours(legacy.RayPPOTrainer.init_workers))\n"
+        "plugin.deactivate()\n"
+        "print(is_ours(v1.PPOTrainer.init), is_ours(legacy.RayPPOTrainer.init_workers))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "False", "False"], result.stdout + result.stderr
+    assert "could not patch" not in result.stderr

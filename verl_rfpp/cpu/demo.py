@@ -140,9 +140,8 @@ def judge_nodes(result: RunResult, nodes: int, verdict: Verdict) -> None:
     servers: dict[str, list[str]] = {}
     for fields in trace.lines_of(result.trace, "weights"):
         servers.setdefault(fields["global_steps"], []).append(fields["abs_sum"])
-    server_nodes = {by_id.get(result.node_of_pid.get(int(fields["pid"]), ""))
-                    for fields in trace.lines_of(result.trace, "weights")}
-    facts["server_nodes"] = len({node.node_id for node in server_nodes if node is not None})
+    server_nodes = {result.node_of_pid.get(int(fields["pid"])) for fields in trace.lines_of(result.trace, "weights")}
+    facts["server_nodes"] = len(server_nodes & set(by_id))
     if any(len(set(sums)) != 1 for sums in servers.values()) or facts["server_nodes"] != nodes:
         problems.append(f"the rollout servers of the {nodes} nodes did not receive the same weights after every "
                         f"update (servers on {facts['server_nodes']} nodes; sums per step {servers})")

@@ -5,7 +5,7 @@ The estimators run in the driver, which has the plugin; a worker process on a no
 verl-rfpp is missing, excluded (``VERL_USE_EXTERNAL_PLUGINS``) or of another version surfaces only
 when verl looks up the ``rfpp`` policy loss at the first update (a ``KeyError`` after the first
 rollout), or never, training with other code. So right after the trainer has created and
-initialised its workers (legacy ``RayPPOTrainer.init_workers``, v1 ``TrainerBase.init``; both
+initialised its workers (legacy ``RayPPOTrainer.init_workers``, v1 ``PPOTrainer.init``; both
 before any rollout), each worker actor runs a probe (``__ray_call__``) that imports nothing of
 ours, so it answers where verl-rfpp is absent; any worker that differs stops the run with one
 ``WorkerPluginError`` naming its node, the worker and the fix.
@@ -23,7 +23,7 @@ from verl_rfpp.plugin import imports
 from verl_rfpp.plugin.state import ORIGINALS, is_ours, logger, marked
 
 LEGACY_TRAINER = "verl.trainer.ppo.ray_trainer"  # RayPPOTrainer.init_workers
-V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"  # TrainerBase.init
+V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"  # PPOTrainer.init
 WORKER_GROUPS = ("actor_rollout_wg", "ref_policy_wg", "critic_wg")
 PROBE_TIMEOUT_S = 120
 TRACE_ENV = "VERL_RFPP_TRACE"
@@ -168,7 +168,7 @@ def _hook_legacy(module: Any) -> None:
 
 
 def _hook_v1(module: Any) -> None:
-    _wrap(module.TrainerBase, "init", "TrainerBase.init")
+    _wrap(module.PPOTrainer, "init", "PPOTrainer.init")
 
 
 def hook_workers() -> None:
@@ -181,7 +181,7 @@ def unhook_workers() -> None:
     imports.cancel(LEGACY_TRAINER)
     imports.cancel(V1_TRAINER)
     for module_name, owner_name, method in ((LEGACY_TRAINER, "RayPPOTrainer", "init_workers"),
-                                            (V1_TRAINER, "TrainerBase", "init")):
+                                            (V1_TRAINER, "PPOTrainer", "init")):
         key = f"{owner_name}.{method}"
         if key in ORIGINALS and module_name in sys.modules:
             setattr(getattr(sys.modules[module_name], owner_name), method, ORIGINALS.pop(key))
@@ -191,7 +191,7 @@ def workers_hooked() -> bool:
     """Whether both trainers' worker set-up is ours, or will be when verl imports it."""
     pending = imports.pending_imports()
     for module_name, owner_name, method in ((LEGACY_TRAINER, "RayPPOTrainer", "init_workers"),
-                                            (V1_TRAINER, "TrainerBase", "init")):
+                                            (V1_TRAINER, "PPOTrainer", "init")):
         if module_name in sys.modules:
             if not is_ours(getattr(getattr(sys.modules[module_name], owner_name), method)):
                 return False
