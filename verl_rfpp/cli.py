@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from importlib import metadata
 from typing import Optional, Sequence
 
 from verl_rfpp import validation
@@ -14,89 +13,24 @@ PLUGIN_MODULE = "verl_rfpp.plugin"
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    """Report whether verl runs our estimators; exit 0 only if every piece is ours."""
-    import verl  # noqa: F401  (loads the verl.plugins entry points; must precede any import of ours)
+    """Report whether verl runs our estimators; exit 0 only if every piece is ours. ``--ray``: the
+    same report on every alive node of a Ray cluster, one line per node."""
+    if args.ray:
+        from verl_rfpp import cluster_doctor
 
-    loaded = PLUGIN_MODULE in sys.modules
-    entry_points = [ep for ep in metadata.entry_points(group="verl.plugins") if ep.value == PLUGIN_MODULE]
-    from verl_rfpp import plugin  # imports (and so activates) it only if verl did not
+        found = cluster_doctor.check(args.ray)
+        print(found.render())
+        return 0 if found.healthy else 1
+    from verl_rfpp import doctor
 
-    checks = {
-        f"verl {plugin.verl_version()} in supported range {plugin.SUPPORTED_VERL_TEXT}": plugin.verl_supported(plugin.verl_version()),
-        f"entry point verl.plugins -> {PLUGIN_MODULE} installed": bool(entry_points),
-        "plugin loaded by `import verl`": loaded,
-    }
-    if loaded:
-        checks.update(plugin.hooks_status())
-    checks.update(_cpu_kernels_checks())
-    for name, ok in checks.items():
-        print(f"{'ok  ' if ok else 'FAIL'}  {name}")
-    if not loaded:
-        print("\nverl did not load the plugin; its pieces were not checked.")
-    for name in plugin.ESTIMATORS:
-        problem = plugin.activation_problem(name) if loaded else plugin.not_loaded_problem(name)
-        if problem:
-            print(f"\n{problem}")
-    healthy = all(checks.values())
-    print("\nverl-rfpp is active." if healthy else "\nverl-rfpp is NOT fully active.")
-    return 0 if healthy else 1
+    report = doctor.report()
+    if args.json:
+        from verl_rfpp import cluster_doctor
 
-
-def _kernel_cases():
-    """``(label, run, expected returns, expected advantages)``: every CPU kernel (both estimators,
-    bool and int64 masks, both gamma branches), on values whose results are exact."""
-    import numpy as np
-    import torch
-
-    from verl_rfpp import reinforce_plus_plus, reinforce_plus_plus_baseline
-
-    int_mask = torch.tensor([[1, 1, 0]])
-    bool_mask = int_mask.bool()
-    pair = np.array(["a", "a"], dtype=object)
-    return [
-        ("reinforce_plus_plus, int64 mask, gamma 1",
-         lambda: reinforce_plus_plus(torch.tensor([[1.0, 2.0, 9.0]]), int_mask),
-         [[3.0, 2.0, 0.0]], [[1.0, -1.0, 0.0]]),
-        ("reinforce_plus_plus, bool mask, gamma 0.5",
-         lambda: reinforce_plus_plus(torch.tensor([[1.0, 4.0, 9.0]]), bool_mask, {"gamma": 0.5}),
-         [[3.0, 4.0, 0.0]], [[-1.0, 1.0, 0.0]]),
-        ("reinforce_plus_plus_baseline, int64 mask",
-         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]), int_mask.repeat(2, 1), pair),
-         [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
-        ("reinforce_plus_plus_baseline, bool mask",
-         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]), bool_mask.repeat(2, 1), pair),
-         [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
-    ]
-
-
-def _cpu_kernels_checks() -> list[tuple[str, bool]]:
-    """Compile and run every CPU kernel as verl's driver will on its first step, against exact
-    values; a disk cache numba cannot use is a FAIL line of its own (the kernels still run)."""
-    from verl_rfpp import passes
-
-    try:
-        if not passes.uses_cpu_kernels():
-            return [(f"CPU kernels switched off ({passes.CPU_KERNELS_VARIABLE}=0): torch operations", True)]
-        import numba
-
-        from verl_rfpp import kernels
-
-        wrong = []
-        for label, run, returns, advantages in _kernel_cases():
-            result = run()
-            if result.returns.tolist() != returns or result.advantages.tolist() != advantages:
-                wrong.append(f"{label}: got returns {result.returns.tolist()}, advantages {result.advantages.tolist()}")
-        checks = [(
-            f"CPU kernels (numba {numba.__version__}): both estimators, bool and int64 masks, gamma 1 and "
-            "0.5 give the exact values" if not wrong else "CPU kernels give wrong values: " + "; ".join(wrong),
-            not wrong,
-        )]
-        where = os.environ.get("NUMBA_CACHE_DIR") or "numba's default location"
-        checks.append((f"numba disk cache ({where})" if kernels.cache_problem is None
-                       else f"numba disk cache: {kernels.cache_problem}", kernels.cache_problem is None))
-        return checks
-    except Exception as error:  # report any failure as a FAIL line, not a traceback
-        return [(f"CPU kernels: {error}", False)]
+        print(cluster_doctor.to_json(report))
+    else:
+        print(doctor.render(report))
+    return 0 if report.healthy else 1
 
 
 def compose_verl_config(overrides: Sequence[str]):
@@ -256,6 +190,9 @@ def _missing_modules(names: Sequence[str]) -> list[str]:
 
 def _demo(args: argparse.Namespace) -> int:
     """Train the tiny local model for a few steps inside verl's real trainer, on the CPU."""
+    if args.nodes < 1:
+        print(f"verl-rfpp demo: --nodes {args.nodes}: a cluster has at least 1 node; use 1 (one Ray node) or 2")
+        return 2
     missing = _missing_modules(CPU_EXTRA_MODULES)
     if missing:
         print(f"verl-rfpp demo runs verl's trainer, which needs modules of the [cpu] extra that are not "
@@ -279,6 +216,10 @@ def _demo(args: argparse.Namespace) -> int:
         assets.build_all(out / "assets")
     trainer = "legacy" if args.legacy else "v1"
     turns = ", multi-turn with a toy tool" if args.multi_turn else ""
+    if args.nodes > 1:  # the multi-node example's run: its estimator, one rank per node
+        args.estimator, args.ranks = launch.MULTINODE_ESTIMATOR, args.nodes
+        print(f"verl-rfpp demo: examples/{launch.MULTINODE_EXAMPLE} on a Ray cluster of {args.nodes} nodes on "
+              f"this machine (loopback), one rank per node.", flush=True)
     print(f"verl-rfpp demo: {args.estimator} in verl's {trainer} trainer, {args.ranks} "
           f"rank{'s' if args.ranks > 1 else ''}, {args.steps} "
           f"steps{turns}, on the CPU. Files in {out}", flush=True)
@@ -291,8 +232,11 @@ def _demo(args: argparse.Namespace) -> int:
             print(demo.progress_line(step, args.steps, metrics), flush=True)
 
     result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
-                        ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step)
+                        ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
+                        nodes=args.nodes)
     verdict = demo.judge(args.estimator, result, args.steps, args.ranks)
+    if args.nodes > 1:
+        demo.judge_nodes(result, args.nodes, verdict)
     if verdict.problems and not args.verbose:
         print("".join(result.log[-25:]).rstrip())
     hint = f"verl's full log: {result.log_path}; the run trace (who computed what, where): {out / 'trace.txt'}"
@@ -336,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int, default=3, help="training steps (40 show learning; default 3)")
     demo.add_argument("--ranks", type=int, default=1, choices=(1, 2),
                       help="FSDP ranks: training processes sharing each batch (gloo)")
+    demo.add_argument("--nodes", type=int, default=1,
+                      help="N >= 2: a Ray cluster of N nodes on this machine (loopback), one rank per node, running "
+                           "the overrides of examples/run_qwen2.5-7b_gsm8k_rfpp_baseline_multinode.sh")
     demo.add_argument("--seed", type=int, default=0, help="data order and sampling seed")
     demo.add_argument("--multi-turn", action="store_true",
                       help="verl's tool_agent loop with a toy tool: responses with tool tokens inside")
@@ -350,6 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "verl_rfpp verl_grpo (default: all five)")
     curves.set_defaults(handler=_curves)
     doctor = commands.add_parser("doctor", help="check that verl runs verl-rfpp's estimators")
+    doctor.add_argument("--ray", metavar="ADDRESS",
+                        help="check every node of the Ray cluster at ADDRESS (as ray.init takes it: auto, "
+                             "HEAD:6379, ...) in a fresh process on each node")
+    doctor.add_argument("--json", action="store_true", help="the report as one JSON line (what --ray reads back)")
     doctor.set_defaults(handler=_doctor)
     check = commands.add_parser("check", help="validate Hydra overrides against the contract",
                                 epilog=CHECK_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -109,6 +109,67 @@ def judge(estimator: str, result: RunResult, steps: int, ranks: int = 1) -> Verd
     return verdict
 
 
+def judge_nodes(result: RunResult, nodes: int, verdict: Verdict) -> None:
+    """A multi-node run's checks, added to ``verdict``: Ray reports ``nodes`` alive nodes; every
+    FSDP rank ran on its own node (each rank's pid mapped to its node by Ray's actor table); the
+    ranks formed one process group of ``nodes`` members (the worker check's report from inside
+    each rank), so the gradient reduction of every update crossed the nodes; and the rollout
+    servers received the same weights after every update."""
+    problems, facts = verdict.problems, verdict.facts
+    by_id = {node.node_id: node for node in result.nodes}
+    facts["nodes"] = result.nodes
+    alive = [node for node in result.nodes if node.alive]
+    if len(alive) != nodes:
+        problems.append(f"Ray reported {len(alive)} alive nodes, not {nodes}")
+    rank_pid = {int(fields["rank"]): int(fields["pid"]) for fields in trace.lines_of(result.trace, "tokens")}
+    placement = {rank: by_id.get(result.node_of_pid.get(pid, "")) for rank, pid in sorted(rank_pid.items())}
+    facts["rank_nodes"] = {rank: (rank_pid[rank], node) for rank, node in placement.items()}
+    if sorted(placement) != list(range(nodes)) or None in placement.values():
+        problems.append(f"Ray's actor table does not place every rank 0..{nodes - 1} on a node of the cluster "
+                        f"(ranks' pids {rank_pid})")
+    elif len({node.node_id for node in placement.values()}) != nodes:
+        problems.append("the ranks did not run one per node: " + ", ".join(
+            f"rank {rank} on {node.short_id}" for rank, node in placement.items()))
+    workers = {int(fields["pid"]): fields for fields in trace.lines_of(result.trace, "worker")}
+    groups = {(workers[pid].get("world_size"), workers[pid].get("backend")) for pid in rank_pid.values()
+              if pid in workers}
+    facts["group"] = groups
+    if groups != {(str(nodes), "gloo")} or not set(rank_pid.values()) <= set(workers):
+        problems.append(f"the ranks did not report one gloo process group of {nodes} members (reported: "
+                        f"{sorted(groups)}; ranks {sorted(rank_pid.values())}, probed {sorted(workers)})")
+    servers: dict[str, list[str]] = {}
+    for fields in trace.lines_of(result.trace, "weights"):
+        servers.setdefault(fields["global_steps"], []).append(fields["abs_sum"])
+    if any(len(set(sums)) != 1 for sums in servers.values()):
+        problems.append(f"the rollout servers did not receive the same weights after every update (weight sums "
+                        f"per step {servers})")
+    runner = next(iter(result.driver_pids), None)
+    facts["runner_node"] = by_id.get(result.node_of_pid.get(runner, "")) if runner else None
+
+
+def node_lines(verdict: Verdict) -> list[str]:
+    """Where each rank ran, as Ray reported it."""
+    facts = verdict.facts
+    if "rank_nodes" not in facts:
+        return []
+    lines = [f"- Ray cluster: {len(facts['nodes'])} nodes on loopback, each its own raylet: " + ", ".join(
+        f"{node.short_id} at {node.address}{' (head)' if node.is_head else ''}" for node in facts["nodes"]) + "."]
+    for rank, (pid, node) in facts["rank_nodes"].items():
+        where = f"node {node.short_id} ({node.address}{', head' if node.is_head else ''})" if node else "no known node"
+        lines.append(f"  rank {rank}: pid {pid} on {where}")
+    if facts.get("runner_node") is not None:
+        node = facts["runner_node"]
+        lines.append(f"  verl's TaskRunner (the advantages): node {node.short_id}{' (head)' if node.is_head else ''}, "
+                     "placed by Ray; verl's main_ppo joined the cluster through the head's address")
+    groups = facts.get("group") or set()
+    if len(groups) == 1:
+        world, backend = next(iter(groups))
+        lines.append(f"- The {world} ranks formed one {backend} process group across the nodes: every update's "
+                     f"gradients were reduced over both nodes, and the rollout servers received the same "
+                     f"weights after every update.")
+    return lines
+
+
 def summary(estimator: str, result: RunResult, verdict: Verdict, steps: int, ranks: int, legacy: bool,
             log_hint: Optional[str] = None) -> str:
     """Plain-language lines on what the run did, then the verdict line last."""
@@ -150,11 +211,14 @@ def summary(estimator: str, result: RunResult, verdict: Verdict, steps: int, ran
         if len(result.steps) < LEARNING_STEPS:
             lines.append(f"  {len(result.steps)} steps are too few to see learning; "
                          f"`verl-rfpp demo --steps 40` shows it (about 0.2 rising to about 1).")
+    lines += node_lines(verdict)
     if log_hint:
         lines.append(f"- {log_hint}")
+    nodes = len(facts.get("nodes") or []) or 1
+    where = f" on {nodes} Ray nodes (trainer.nnodes={nodes})" if nodes > 1 else ""
     if verdict.passed:
-        lines.append(f"PASS: verl's {trainer} trainer ran {steps} steps on {ranks} rank{'s' if ranks > 1 else ''} "
-                     f"with verl-rfpp's {estimator}, and every check held.")
+        lines.append(f"PASS: verl's {trainer} trainer ran {steps} steps on {ranks} rank{'s' if ranks > 1 else ''}"
+                     f"{where} with verl-rfpp's {estimator}, and every check held.")
     else:
         lines.append("FAIL: " + "; ".join(verdict.problems) + ".")
     return "\n".join(lines)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from verl_rfpp import validation
+from verl_rfpp import cluster, validation
 from verl_rfpp.cpu import assets, trace
 from verl_rfpp.errors import RfppError
 
@@ -59,15 +59,67 @@ def multi_turn_overrides(out_dir: Path) -> list[str]:
     ]
 
 
+MULTINODE_EXAMPLE = "run_qwen2.5-7b_gsm8k_rfpp_baseline_multinode.sh"
+MULTINODE_ESTIMATOR = "reinforce_plus_plus_baseline"  # the example's algorithm.adv_estimator
+# The example's overrides a run of the tiny model on the CPU does not take, by key prefix: the
+# model, the data, vLLM and the GPU counts (the CPU run sets its own) ...
+NOT_FOR_CPU = ("actor_rollout_ref.model.", "data.", "actor_rollout_ref.rollout.name=",
+               "actor_rollout_ref.rollout.tensor_model_parallel_size=",
+               "actor_rollout_ref.rollout.gpu_memory_utilization=", "trainer.n_gpus_per_node=", "trainer.nnodes=")
+# ... and the few it replaces: sizes for 1024 prompts, a 7B model's learning rate, wandb (no
+# network here), and checkpoint / validation frequencies (a 2-step run would save and validate).
+REPLACED_FOR_CPU = ("actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.ppo_mini_batch_size",
+                    "trainer.logger", "trainer.save_freq", "trainer.test_freq")
+
+
+def examples_dir() -> Path:
+    """The repository's ``examples/`` (a source checkout or an unpacked sdist)."""
+    return Path(__file__).resolve().parents[2] / "examples"
+
+
+def example_overrides(nodes: int, script: Optional[Path] = None) -> list[str]:
+    """The Hydra overrides ``examples/<MULTINODE_EXAMPLE>`` passes to ``main_ppo`` with
+    ``NNODES=nodes`` and one GPU per node, read by running the script itself with a stand-in
+    ``python3`` that records its arguments (bash expands them exactly as for a user)."""
+    script = Path(script) if script else examples_dir() / MULTINODE_EXAMPLE
+    if not script.is_file():
+        raise LaunchError(f"--nodes runs the overrides of {MULTINODE_EXAMPLE}, not found at {script}; "
+                          "run it from a source checkout of verl-rfpp (the script is in examples/)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rfpp-example-") as scratch:
+        shim, record = Path(scratch) / "python3", Path(scratch) / "arguments"
+        shim.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {record}\n')
+        shim.chmod(0o755)
+        env = {**os.environ, "PATH": f"{scratch}:{os.environ.get('PATH', '')}", "NNODES": str(nodes),
+               "GPUS_PER_NODE": "1", "DATA_DIR": "unused", "MODEL": "unused"}
+        subprocess.run(["bash", str(script)], check=True, env=env, capture_output=True, timeout=60)
+        arguments = record.read_text().splitlines()
+    if arguments[:2] != ["-m", "verl.trainer.main_ppo"]:
+        raise LaunchError(f"{script} does not run `python3 -m verl.trainer.main_ppo` (ran: {arguments[:2]})")
+    return [o for o in arguments[2:] if not o.startswith(NOT_FOR_CPU)]
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out_dir: Path, ranks: int = 1,
                       seed: int = 0, ours: bool = True, loggers: tuple[str, ...] = ("console",),
-                      multi_turn: bool = False) -> list[str]:
-    """The recipe plus what a 2-core CPU run of the tiny model needs, on ``ranks`` FSDP ranks."""
-    if (PROMPTS * SAMPLES) % ranks:
-        raise LaunchError(f"--ranks {ranks} must divide the {PROMPTS * SAMPLES} responses of a step; "
+                      multi_turn: bool = False, nodes: int = 1, address: Optional[str] = None) -> list[str]:
+    """The recipe plus what a 2-core CPU run of the tiny model needs, on ``ranks`` FSDP ranks. With
+    ``nodes > 1``: one rank per node of the Ray cluster at ``address``, and instead of the recipe
+    the multi-node example's overrides, all but ``NOT_FOR_CPU`` and ``REPLACED_FOR_CPU``."""
+    example = example_overrides(nodes) if nodes > 1 else []
+    samples = next((int(o.split("=", 1)[1]) for o in example if o.startswith("actor_rollout_ref.rollout.n=")),
+                   SAMPLES)
+    if nodes > 1:
+        ranks = nodes
+    if (PROMPTS * samples) % ranks:
+        raise LaunchError(f"--ranks {ranks} must divide the {PROMPTS * samples} responses of a step; "
                           "use 1 or 2")
-    micro = PROMPTS * SAMPLES // ranks  # one micro-batch per rank and step
-    overrides = recipe(estimator, ours)
+    micro = PROMPTS * samples // ranks  # one micro-batch per rank and step
+    overrides = recipe(estimator, ours) if nodes == 1 else []
     reward_module = Path(assets.__file__).resolve()
     for role in ("actor", "ref"):
         overrides += [
@@ -77,7 +129,7 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
             f"actor_rollout_ref.{role}.fsdp_config.dtype=float32",
         ]
     overrides += [
-        f"actor_rollout_ref.rollout.n={SAMPLES}",
+        f"actor_rollout_ref.rollout.n={samples}",
         f"data.train_files={paths['train']}",
         f"data.val_files={paths['test']}",
         f"data.train_batch_size={PROMPTS}",
@@ -102,8 +154,8 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
         "reward.custom_reward_function.name=compute_score",
         "reward.num_workers=1",
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        f"trainer.n_gpus_per_node={ranks}",
-        "trainer.nnodes=1",
+        f"trainer.n_gpus_per_node={ranks // nodes}",
+        f"trainer.nnodes={nodes}",
         f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=False",
         "trainer.test_freq=-1",
@@ -113,17 +165,29 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
         f"trainer.experiment_name={estimator}{'' if ours else '_verl'}_seed{seed}",
         f"trainer.default_local_dir={out_dir / 'checkpoints'}",
         f"trainer.use_v1={not legacy}",
-        "+ray_kwargs.ray_init.num_cpus=16",  # logical: the actors verl asks for, not cores
-        f"+ray_kwargs.ray_init.num_gpus={ranks}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
-    return overrides + (multi_turn_overrides(out_dir) if multi_turn else [])
+    if address is None:  # verl starts a one-node Ray of its own, bound to loopback
+        overrides += [
+            "+ray_kwargs.ray_init.num_cpus=16",  # logical: the actors verl asks for, not cores
+            f"+ray_kwargs.ray_init.num_gpus={ranks}",
+            f"+ray_kwargs.ray_init._node_ip_address={cluster.LOOPBACK}",
+        ]
+    else:  # the driver joins the cluster whose nodes declare their own resources
+        overrides.append(f"+ray_kwargs.ray_init.address={address}")
+    overrides += multi_turn_overrides(out_dir) if multi_turn else []
+    if not example:
+        return overrides
+    ours_wins = {_key(o) for o in overrides if _key(o) in REPLACED_FOR_CPU or _key(o) not in map(_key, example)}
+    return ([o for o in example if _key(o) not in REPLACED_FOR_CPU]
+            + [o for o in overrides if _key(o) in ours_wins])
 
 
 def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
-    """Switch the CPU backend on in every verl process (inherited by Ray's workers). With
-    ``ours=False`` verl loads no plugin (``VERL_USE_EXTERNAL_PLUGINS=none``): its own estimators run."""
-    env = dict(os.environ)
+    """Switch the CPU backend on in every verl process (inherited by Ray's workers; on a cluster,
+    every node's raylet gets it). With ``ours=False`` verl loads no plugin
+    (``VERL_USE_EXTERNAL_PLUGINS=none``): its own estimators run. Ray stays on loopback."""
+    env = cluster.loopback_environment()
     env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray refuses fake GPUs with an empty device list
     modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
     env.update({
@@ -143,12 +207,13 @@ def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
 
 def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ranks: int = 1, seed: int = 0,
             ours: bool = True, loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None,
-            multi_turn: bool = False) -> tuple[list[str], dict[str, str]]:
+            multi_turn: bool = False, nodes: int = 1, address: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
     """``(argv, env)`` of one CPU training run; builds the assets (default ``out_dir/assets``)."""
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = assets.build_all(Path(assets_dir) if assets_dir else out_dir / "assets")
-    overrides = trainer_overrides(estimator, paths, steps, legacy, out_dir, ranks, seed, ours, loggers, multi_turn)
+    overrides = trainer_overrides(estimator, paths, steps, legacy, out_dir, ranks, seed, ours, loggers, multi_turn,
+                                  nodes, address)
     return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides], trainer_environment(out_dir, ours)
 
 
@@ -179,16 +244,36 @@ class RunResult:
     log_path: Optional[Path] = None
     seconds: float = 0.0
     timed_out: bool = False
+    nodes: list = field(default_factory=list)  # cluster.NodeInfo of each Ray node (multi-node runs)
+    node_of_pid: dict[int, str] = field(default_factory=dict)  # every actor's pid -> its Ray node id
 
 
 def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, echo: bool = True,
         timeout: float = 900, ranks: int = 1, seed: int = 0, ours: bool = True,
         loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None, multi_turn: bool = False,
-        on_step: Optional[Callable[[int, dict[str, float]], None]] = None) -> RunResult:
+        on_step: Optional[Callable[[int, dict[str, float]], None]] = None, nodes: int = 1,
+        node_env: Optional[dict[int, dict[str, str]]] = None) -> RunResult:
     """Run verl's ``main_ppo`` on the CPU; its whole log goes to ``out_dir/verl.log`` (and to stdout
-    with ``echo``); ``on_step(step, metrics)`` is called as each step's console line arrives."""
+    with ``echo``); ``on_step(step, metrics)`` is called as each step's console line arrives.
+    ``nodes > 1``: on a ``cluster.LocalCluster`` of that many nodes (one rank each, ``node_env[i]``
+    added to node ``i``'s environment), started before verl and stopped after it, whatever happens."""
+    if nodes == 1:
+        return _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir,
+                    multi_turn, on_step)
+    env = trainer_environment(Path(out_dir).resolve(), ours)
+    changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
+    with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed, node_env=node_env) as ray_cluster:
+        result = _run(estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers, assets_dir,
+                      multi_turn, on_step, nodes, ray_cluster.address)
+        result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
+    return result
+
+
+def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
+         on_step, nodes=1, address=None) -> RunResult:
     out_dir = Path(out_dir).resolve()
-    argv, env = command(estimator, out_dir, steps, legacy, ranks, seed, ours, loggers, assets_dir, multi_turn)
+    argv, env = command(estimator, out_dir, steps, legacy, ranks, seed, ours, loggers, assets_dir, multi_turn,
+                        nodes, address)
     trace_path = Path(env[trace.TRACE_ENV])
     trace_path.unlink(missing_ok=True)
     result = RunResult(returncode=-1, log_path=out_dir / "verl.log")
@@ -204,23 +289,28 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
     watchdog = threading.Timer(timeout, kill)
     watchdog.start()
     assert process.stdout is not None
-    with open(result.log_path, "w", buffering=1) as log_file:
-        log_file.write("$ " + " ".join(argv) + "\n")
-        for line in process.stdout:
-            result.log.append(line)
-            log_file.write(line)
-            if echo:
-                sys.stdout.write(line)
-            parsed = parse_step_line(line)
-            if parsed:
-                result.steps[parsed[0]] = parsed[1]
-                driver = re.search(r"\((TaskRunner\w*) pid=(\d+)\)", line)
-                if driver:
-                    result.driver_pids.add(int(driver.group(2)))
-                if on_step:
-                    on_step(*parsed)
-    result.returncode = process.wait()
-    watchdog.cancel()
+    try:
+        with open(result.log_path, "w", buffering=1) as log_file:
+            log_file.write("$ " + " ".join(argv) + "\n")
+            for line in process.stdout:
+                result.log.append(line)
+                log_file.write(line)
+                if echo:
+                    sys.stdout.write(line)
+                parsed = parse_step_line(line)
+                if parsed:
+                    result.steps[parsed[0]] = parsed[1]
+                    driver = re.search(r"\((TaskRunner\w*) pid=(\d+)\)", line)
+                    if driver:
+                        result.driver_pids.add(int(driver.group(2)))
+                    if on_step:
+                        on_step(*parsed)
+        result.returncode = process.wait()
+    finally:  # Ctrl-C or any error here: the trainer and the Ray processes it started go too
+        watchdog.cancel()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
     result.seconds = time.monotonic() - started
     if trace_path.exists():
         result.trace = trace_path.read_text().splitlines()

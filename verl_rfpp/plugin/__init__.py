@@ -56,6 +56,7 @@ from verl_rfpp.plugin.registries import checked_in_process as _checked_in_proces
 from verl_rfpp.plugin.state import MARKER, logger
 from verl_rfpp.plugin.state import ORIGINALS as _ORIGINALS
 from verl_rfpp.plugin.tracking import TRACKING, hook_tracking, tracking_hooked, unhook_tracking
+from verl_rfpp.plugin.workers import WorkerPluginError, hook_workers, unhook_workers, workers_hooked
 from verl_rfpp.plugin.versions import SUPPORTED_VERL, SUPPORTED_VERL_TEXT, check_verl_version, verl_supported, verl_version
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"  # the estimator and policy-loss registries
@@ -83,6 +84,7 @@ def hooks_status() -> dict[str, bool]:
     status["Tracking.log metrics hook"] = tracking_hooked()
     status["ppo_loss reads no masked slot (rfpp actor)"] = ppo_loss_patched()
     status["response-count denominator (engine train_batch)"] = engine_patched()
+    status["worker plugin check (trainer init_workers)"] = workers_hooked()
     return status
 
 
@@ -96,6 +98,7 @@ def activate() -> None:
         imports.after_import(TRACKING, lambda module: hook_tracking())
         patch_ppo_loss()
         patch_engine()
+        hook_workers()
     except Exception:
         logger.exception(
             "verl_rfpp could not activate; verl's own reinforce_plus_plus and "
@@ -114,6 +117,7 @@ def deactivate() -> None:
     unregister_policy_loss()
     unpatch_ppo_loss()
     unpatch_engine()
+    unhook_workers()
     _checked_in_process.clear()
 
 
