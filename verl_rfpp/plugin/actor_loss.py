@@ -9,7 +9,15 @@ import torch
 
 from verl_rfpp import losses, validation
 from verl_rfpp.errors import RfppError
+from verl_rfpp.plugin.hooks import Internal
 from verl_rfpp.plugin.state import public
+
+CORE_ALGOS = "verl.trainer.ppo.core_algos"
+INTERNALS = (
+    Internal(CORE_ALGOS, "POLICY_LOSS_REGISTRY", kind=dict),
+    Internal(CORE_ALGOS, "register_policy_loss", ("name",)),
+    Internal(CORE_ALGOS, "get_policy_loss_fn"),
+)
 
 
 @public
