@@ -70,16 +70,31 @@ def test_registration_is_idempotent_and_repairs_a_replaced_entry():
         core_algos.ADV_ESTIMATOR_REGISTRY.update(saved)
 
 
-def test_unsupported_verl_version_is_logged(monkeypatch, caplog):
+def test_versions_supported_tested_and_without_the_plugin_loader(monkeypatch, caplog):
     from verl_rfpp import plugin
     from verl_rfpp.plugin import versions
 
-    assert plugin.verl_supported("0.9.1") and plugin.verl_supported("0.9.7.dev0")
-    assert not plugin.verl_supported("0.8.5") and not plugin.verl_supported("0.10.0")
+    assert plugin.verl_supported("0.9.0") and plugin.verl_supported("0.9.1") and plugin.verl_supported("0.10.0")
+    assert not plugin.verl_supported("0.8.5") and not plugin.verl_supported("0.8.0")
+    assert plugin.verl_tested("0.9.0") and plugin.verl_tested("0.9.1") and plugin.verl_tested("0.9.1.dev0")
+    assert not plugin.verl_tested("0.9.2") and not plugin.verl_tested("0.10.0")
+    assert plugin.no_loader_problem("0.9.0") is None
+    problem = plugin.no_loader_problem("0.8.0")
+    assert "verl 0.8.0 has no plugin loader" in problem and "from 0.9.0 on" in problem
+    assert "pip install 'verl>=0.9.0'" in problem and "VERL_USE_EXTERNAL_MODULES" in problem
+    assert plugin.version_check("0.8.0") == (problem, False)
+    assert plugin.version_check("0.10.2")[1] and "untested" in plugin.version_check("0.10.2")[0]
     monkeypatch.setattr(versions, "verl_version", lambda: "0.10.2")
     with caplog.at_level(logging.WARNING, logger="verl_rfpp"):
         plugin.check_verl_version()
-    assert "verl 0.10.2 is installed" in caplog.text
+    assert "verl 0.10.2 is installed" in caplog.text and "ActivationError" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(versions, "verl_version", lambda: "0.8.0")
+    with caplog.at_level(logging.WARNING, logger="verl_rfpp"):
+        plugin.check_verl_version()
+    assert [record.levelname for record in caplog.records] == ["ERROR"]
+    assert "has no plugin loader" in caplog.text
+    assert "verl 0.8.0 has no plugin loader" in plugin.not_loaded_problem("reinforce_plus_plus")
 
 
 def _data(seed):

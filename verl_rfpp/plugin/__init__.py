@@ -25,6 +25,8 @@ verl's import). ``deactivate()`` undoes all of it (tests).
 
 from __future__ import annotations
 
+import importlib
+
 from verl_rfpp import validation
 from verl_rfpp.plugin import actor_loss, config, engine, hooks, imports, registries, tracking
 from verl_rfpp.plugin.actor_loss import register_policy_loss, registered_policy_loss, rfpp_policy_loss, unregister_policy_loss
@@ -110,6 +112,9 @@ def activate() -> None:
     (each now if its verl module is loaded, else right after verl imports it)."""
     try:
         check_verl_version()
+        # verl's config module is light and loaded with verl: import it now, so the wrapper
+        # attaches here and not in the middle of verl.utils' own import (which re-exports it).
+        importlib.import_module(config.VERL_CONFIG)
         for hook in HOOKS:
             hooks.install(hook)
     except Exception:
