@@ -138,3 +138,40 @@ def test_verl_builtin_differs_from_the_contract_on_singletons():
     )
     assert theirs[0].abs().sum() > 0
     assert torch.equal(ours[0], torch.zeros(2))
+
+
+def test_a_verl_without_the_plugin_loader_is_named_by_recipe_and_demo(monkeypatch, capsys):
+    """Measured on a real verl 0.8.0 too (CHANGELOG); here the installed version reads 0.8.0."""
+    from importlib import metadata
+
+    from verl_rfpp import cli
+
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "0.8.0" if name == "verl" else real(name))
+    assert cli.main(["recipe", "reinforce_plus_plus"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].startswith("algorithm.adv_estimator=")  # $(recipe) stays clean
+    assert "verl 0.8.0 has no plugin loader" in captured.err and "pip install 'verl>=0.9.0'" in captured.err
+    assert cli.main(["demo"]) == 2
+    assert "verl-rfpp demo: verl 0.8.0 has no plugin loader" in capsys.readouterr().out
+
+
+def test_a_config_key_the_rules_read_missing_from_verls_config_is_an_activation_error():
+    import verl.utils.config
+    from omegaconf import open_dict
+
+    from verl_rfpp import cli, plugin
+    from verl_rfpp.plugin.config import CONFIG_KEYS, config_keys_problem
+
+    config = cli.compose_verl_config(list(plugin.validation.RECIPES["reinforce_plus_plus_baseline"]))
+    assert config_keys_problem(config) is None  # verl's own config holds every key the rules read
+    with open_dict(config):
+        del config.actor_rollout_ref.actor["use_kl_loss"]
+        del config.algorithm.kl_ctrl["type"]
+    problem = config_keys_problem(config)
+    assert "lacks algorithm.kl_ctrl.type, actor_rollout_ref.actor.use_kl_loss, which" in problem
+    assert "actor_rollout_ref.actor.use_kl_loss" in CONFIG_KEYS
+    plugin._checked_in_process.clear()
+    with pytest.raises(plugin.ActivationError, match="lacks algorithm.kl_ctrl.type, actor_rollout_ref.actor.use_kl_loss, which"):
+        verl.utils.config.validate_config(config, use_reference_policy=True, use_critic=False)
+    assert "actor_rollout_ref.actor.use_kl_loss, which" in plugin.activation_problem("reinforce_plus_plus_baseline", config)
