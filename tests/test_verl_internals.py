@@ -58,9 +58,10 @@ print("RESULT " + json.dumps(result))
 ENGINE = "verl.workers.engine.base"
 CORE = "verl.trainer.ppo.core_algos"
 # (module, attribute path, action, the hook that must fail); every internal the hooks declare,
-# deleted, and the call shapes and kinds they rely on, changed.
+# deleted, and the call shapes and kinds they rely on, changed. ``validate_config`` and
+# ``get_device_id`` are replaced, not deleted: verl's own ``import verl`` imports them by name.
 CASES = [
-    ("verl.utils.config", "validate_config", "delete", "validate_config wrapper"),
+    ("verl.utils.config", "validate_config", "retype", "validate_config wrapper"),
     ("verl.utils.config", "validate_config", "reshape", "validate_config wrapper"),
     (CORE, "ADV_ESTIMATOR_REGISTRY", "delete", "estimator registry entries"),
     (CORE, "ADV_ESTIMATOR_REGISTRY", "retype", "estimator registry entries"),
@@ -75,7 +76,7 @@ CASES = [
     (ENGINE, "BaseEngine.get_data_parallel_group", "delete", "response-count denominator (engine train_batch)"),
     ("verl.utils.tensordict_utils", "get_non_tensor_data", "delete", "response-count denominator (engine train_batch)"),
     ("verl.utils.tensordict_utils", "assign_non_tensor", "delete", "response-count denominator (engine train_batch)"),
-    ("verl.utils.device", "get_device_id", "delete", "response-count denominator (engine train_batch)"),
+    ("verl.utils.device", "get_device_id", "retype", "response-count denominator (engine train_batch)"),
     ("verl.workers.utils.losses", "ppo_loss", "delete", "response-count denominator (engine train_batch)"),
     ("verl.workers.utils.losses", "ppo_loss", "reshape", "response-count denominator (engine train_batch)"),
 ]

@@ -26,7 +26,7 @@ class Internal:
     module: str
     path: str
     parameters: tuple[str, ...] = ()  # the leading parameters of its call shape, in order
-    kind: Optional[type] = None  # what it must be an instance of (e.g. ``dict`` for a registry)
+    kind: Optional[type] = None  # what it must be an instance of (``dict`` for a registry); else a callable
 
     @property
     def name(self) -> str:
@@ -44,6 +44,8 @@ class Internal:
             found = getattr(found, part)
         if self.kind is not None and not isinstance(found, self.kind):
             return f"{self.name} is a {type(found).__name__}, not a {self.kind.__name__}"
+        if self.kind is None and not callable(found):
+            return f"{self.name} is a {type(found).__name__}, not a callable"
         if self.parameters:
             try:
                 names = list(inspect.signature(found).parameters)
