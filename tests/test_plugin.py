@@ -70,16 +70,31 @@ def test_registration_is_idempotent_and_repairs_a_replaced_entry():
         core_algos.ADV_ESTIMATOR_REGISTRY.update(saved)
 
 
-def test_unsupported_verl_version_is_logged(monkeypatch, caplog):
+def test_versions_supported_tested_and_without_the_plugin_loader(monkeypatch, caplog):
     from verl_rfpp import plugin
     from verl_rfpp.plugin import versions
 
-    assert plugin.verl_supported("0.9.1") and plugin.verl_supported("0.9.7.dev0")
-    assert not plugin.verl_supported("0.8.5") and not plugin.verl_supported("0.10.0")
+    assert plugin.verl_supported("0.9.0") and plugin.verl_supported("0.9.1") and plugin.verl_supported("0.10.0")
+    assert not plugin.verl_supported("0.8.5") and not plugin.verl_supported("0.8.0")
+    assert plugin.verl_tested("0.9.0") and plugin.verl_tested("0.9.1") and plugin.verl_tested("0.9.1.dev0")
+    assert not plugin.verl_tested("0.9.2") and not plugin.verl_tested("0.10.0")
+    assert plugin.no_loader_problem("0.9.0") is None
+    problem = plugin.no_loader_problem("0.8.0")
+    assert "verl 0.8.0 has no plugin loader" in problem and "from 0.9.0 on" in problem
+    assert "pip install 'verl>=0.9.0'" in problem and "VERL_USE_EXTERNAL_MODULES" in problem
+    assert plugin.version_check("0.8.0") == (problem, False)
+    assert plugin.version_check("0.10.2")[1] and "untested" in plugin.version_check("0.10.2")[0]
     monkeypatch.setattr(versions, "verl_version", lambda: "0.10.2")
     with caplog.at_level(logging.WARNING, logger="verl_rfpp"):
         plugin.check_verl_version()
-    assert "verl 0.10.2 is installed" in caplog.text
+    assert "verl 0.10.2 is installed" in caplog.text and "ActivationError" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(versions, "verl_version", lambda: "0.8.0")
+    with caplog.at_level(logging.WARNING, logger="verl_rfpp"):
+        plugin.check_verl_version()
+    assert [record.levelname for record in caplog.records] == ["ERROR"]
+    assert "has no plugin loader" in caplog.text
+    assert "verl 0.8.0 has no plugin loader" in plugin.not_loaded_problem("reinforce_plus_plus")
 
 
 def _data(seed):
@@ -123,3 +138,39 @@ def test_verl_builtin_differs_from_the_contract_on_singletons():
     )
     assert theirs[0].abs().sum() > 0
     assert torch.equal(ours[0], torch.zeros(2))
+
+
+def test_a_verl_without_the_plugin_loader_is_named_by_recipe_and_demo(monkeypatch, capsys):
+    """Measured on a real verl 0.8.0 too (CHANGELOG); here the installed version reads 0.8.0."""
+    from importlib import metadata
+
+    from verl_rfpp import cli
+
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "0.8.0" if name == "verl" else real(name))
+    assert cli.main(["recipe", "reinforce_plus_plus"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].startswith("algorithm.adv_estimator=")  # $(recipe) stays clean
+    assert "verl 0.8.0 has no plugin loader" in captured.err and "pip install 'verl>=0.9.0'" in captured.err
+    assert cli.main(["demo"]) == 2
+    assert "verl-rfpp demo: verl 0.8.0 has no plugin loader" in capsys.readouterr().out
+
+
+def test_a_config_key_the_rules_read_missing_from_verls_config_is_refused_by_name():
+    """A key verl renamed or moved (here: deleted from the composed config) is never read as its
+    default: verl's validate_config, through our wrapper, refuses the run naming each key."""
+    import verl.utils.config
+    from omegaconf import open_dict
+
+    from verl_rfpp import cli, plugin
+    from verl_rfpp.validation import ConfigViolationError
+
+    config = cli.compose_verl_config(list(plugin.validation.RECIPES["reinforce_plus_plus_baseline"]))
+    with open_dict(config):
+        del config.actor_rollout_ref.actor["use_kl_loss"]
+        del config.actor_rollout_ref.actor["kl_loss_type"]
+    plugin._checked_in_process.clear()
+    with pytest.raises(ConfigViolationError) as refused:
+        verl.utils.config.validate_config(config, use_reference_policy=True, use_critic=False)
+    assert "actor_rollout_ref.actor.use_kl_loss = <absent>" in str(refused.value)
+    assert "actor_rollout_ref.actor.kl_loss_type = <absent>" in str(refused.value)

@@ -118,7 +118,7 @@ def _verdict(config) -> int:
     if found:
         print(validation.ConfigViolationError(estimator, found))
         return 1
-    problem = _activation_problem(estimator)
+    problem = _activation_problem(estimator, config)
     if problem is not None:
         print(problem)
         return 1
@@ -134,14 +134,14 @@ def _registered_in_verl(name) -> bool:
     return isinstance(name, str) and name in core_algos.ADV_ESTIMATOR_REGISTRY
 
 
-def _activation_problem(estimator: str) -> Optional[str]:
+def _activation_problem(estimator: str, config=None) -> Optional[str]:
     """Whether ``main_ppo`` in this environment would run our ``estimator`` (doctor's wording)."""
     import verl  # noqa: F401  (loads the verl.plugins entry points, as main_ppo's import does)
 
     loaded = PLUGIN_MODULE in sys.modules
     from verl_rfpp import plugin
 
-    return plugin.activation_problem(estimator) if loaded else plugin.not_loaded_problem(estimator)
+    return plugin.activation_problem(estimator, config) if loaded else plugin.not_loaded_problem(estimator)
 
 
 def _bandit(args: argparse.Namespace) -> int:
@@ -166,7 +166,22 @@ def _bandit(args: argparse.Namespace) -> int:
 
 def _recipe(args: argparse.Namespace) -> int:
     print("\n".join(validation.RECIPES[args.estimator]))
+    problem = _no_loader_problem()
+    if problem is not None:  # on stderr: $(verl-rfpp recipe NAME) still gets only the overrides
+        print(f"verl-rfpp recipe: {problem}.", file=sys.stderr)
     return 0
+
+
+def _no_loader_problem() -> Optional[str]:
+    """Why the installed verl never loads the plugin (no entry-point loader), or ``None``."""
+    from importlib import metadata
+
+    from verl_rfpp.plugin.versions import no_loader_problem
+
+    try:
+        return no_loader_problem(metadata.version("verl"))
+    except metadata.PackageNotFoundError:
+        return "verl is not installed in this environment. Fix: pip install 'verl>=0.9.0'"
 
 
 # The modules of the [cpu] extra (pyproject.toml): verl 0.9.1's trainers import them undeclared.
@@ -192,6 +207,13 @@ def _demo(args: argparse.Namespace) -> int:
     """Train the tiny local model for a few steps inside verl's real trainer, on the CPU."""
     if args.nodes < 1:
         print(f"verl-rfpp demo: --nodes {args.nodes}: a cluster has at least 1 node; use 1 (one Ray node) or 2")
+        return 2
+    if args.steps < 1:
+        print(f"verl-rfpp demo: --steps {args.steps}: train at least 1 step (the default is 3)")
+        return 2
+    problem = _no_loader_problem()
+    if problem is not None:
+        print(f"verl-rfpp demo: {problem}.")
         return 2
     missing = _missing_modules(CPU_EXTRA_MODULES)
     if missing:

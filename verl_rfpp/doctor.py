@@ -54,8 +54,7 @@ def report() -> Report:
     from verl_rfpp import plugin  # imports (and so activates) it only if verl did not
 
     checks = [
-        (f"verl {plugin.verl_version()} in supported range {plugin.SUPPORTED_VERL_TEXT}",
-         plugin.verl_supported(plugin.verl_version())),
+        plugin.version_check(),
         (f"entry point verl.plugins -> {PLUGIN_MODULE} installed", bool(entry_points)),
         ("plugin loaded by `import verl`", loaded),
     ]
@@ -127,7 +126,7 @@ def cpu_kernels_checks() -> list[tuple[str, bool]]:
             "0.5 give the exact values" if not wrong else "CPU kernels give wrong values: " + "; ".join(wrong),
             not wrong,
         )]
-        where = os.environ.get("NUMBA_CACHE_DIR") or "numba's default location"
+        where = kernels.cache_directory or "in memory"
         checks.append((f"numba disk cache ({where})" if kernels.cache_problem is None
                        else f"numba disk cache: {kernels.cache_problem}", kernels.cache_problem is None))
         return checks

@@ -13,6 +13,7 @@ import torch
 from verl_rfpp import losses, validation
 from verl_rfpp.errors import RfppError
 from verl_rfpp.plugin import imports
+from verl_rfpp.plugin.hooks import Internal
 from verl_rfpp.plugin.state import ORIGINALS, is_ours, marked, public
 
 LOSSES = "verl.workers.utils.losses"  # ppo_loss: policy loss + verl's entropy and k2 terms
@@ -27,6 +28,20 @@ def is_rfpp_actor(config: Any) -> bool:
     policy = getattr(config, "policy_loss", None)
     mode = policy.get("loss_mode", None) if policy is not None else None
     return mode == validation.POLICY_LOSS_MODE
+
+# What ``select_masked_inputs`` and ``with_response_count`` rely on in verl's ppo_loss path.
+PPO_LOSS_INTERNALS = (
+    Internal(LOSSES, "ppo_loss", ("config", "model_output", "data")),
+    Internal("verl.utils.tensordict_utils", "get_non_tensor_data", ("data", "key", "default")),
+    Internal("verl.utils.tensordict_utils", "assign_non_tensor"),
+)
+
+CORE_ALGOS = "verl.trainer.ppo.core_algos"
+INTERNALS = (
+    Internal(CORE_ALGOS, "POLICY_LOSS_REGISTRY", kind=dict),
+    Internal(CORE_ALGOS, "register_policy_loss", ("name",)),
+    Internal(CORE_ALGOS, "get_policy_loss_fn"),
+)
 
 
 @public
@@ -149,9 +164,10 @@ def _wrap_ppo_loss(module: Any) -> None:
 
 
 def patch_ppo_loss() -> None:
-    """verl's ``ppo_loss`` selects the masked inputs of an ``rfpp`` actor, right after verl first
-    imports its module, before the engine workers bind the name (idempotent)."""
-    imports.after_import(LOSSES, _wrap_ppo_loss)
+    """verl's ``ppo_loss`` selects the masked inputs of an ``rfpp`` actor (idempotent). The
+    ``hooks`` machinery calls it right after verl first imports its module, before the engine
+    workers bind the name, once ``PPO_LOSS_INTERNALS`` hold."""
+    _wrap_ppo_loss(sys.modules[LOSSES])
 
 
 def unpatch_ppo_loss() -> None:

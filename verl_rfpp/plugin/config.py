@@ -11,16 +11,19 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig
 
 from verl_rfpp import validation
+from verl_rfpp.plugin.hooks import Internal
 from verl_rfpp.plugin.registries import ensure_active
 from verl_rfpp.plugin.state import ORIGINALS, is_ours, marked
 
+VERL_CONFIG = "verl.utils.config"
+INTERNALS = (Internal(VERL_CONFIG, "validate_config", ("config",)),)
 
 def _validating(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
         estimator = validation.estimator_of(config)
         if estimator is not None:
-            ensure_active(estimator)
+            ensure_active(estimator, config)
             validation.enforce(config)
         else:
             misspelt = _misspelt_estimator(config)

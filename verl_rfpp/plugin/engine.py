@@ -12,9 +12,21 @@ import torch
 from verl_rfpp import losses
 from verl_rfpp.plugin import imports
 from verl_rfpp.plugin.actor_loss import is_rfpp_actor
+from verl_rfpp.plugin.hooks import Internal
 from verl_rfpp.plugin.state import ORIGINALS, is_ours, logger, marked
 
 ENGINE_BASE = "verl.workers.engine.base"  # BaseEngine.train_batch: one optimizer step, every engine
+
+# What ``_counting_responses`` relies on; ``ppo_loss`` is how it finds the actor config: verl's
+# workers pass ``partial(ppo_loss, config=actor_config)`` as the loss function.
+INTERNALS = (
+    Internal(ENGINE_BASE, "BaseEngine.train_batch", ("self", "data", "loss_function")),
+    Internal(ENGINE_BASE, "BaseEngine.get_data_parallel_group", ("self",)),
+    Internal("verl.utils.tensordict_utils", "get_non_tensor_data", ("data", "key", "default")),
+    Internal("verl.utils.tensordict_utils", "assign_non_tensor"),
+    Internal("verl.utils.device", "get_device_id"),
+    Internal("verl.workers.utils.losses", "ppo_loss", ("config", "model_output", "data")),
+)
 
 _logged_once: set[str] = set()
 
@@ -73,9 +85,9 @@ def _wrap_train_batch(engine_class: Any) -> None:
 
 
 def patch_engine() -> None:
-    """Count responses in the ``rfpp`` loss's denominator (``_counting_responses``), now if verl's
-    engine module is loaded, else as soon as it is (idempotent)."""
-    imports.after_import(ENGINE_BASE, lambda module: _wrap_train_batch(module.BaseEngine))
+    """Count responses in the ``rfpp`` loss's denominator (``_counting_responses``; idempotent).
+    The ``hooks`` machinery calls it once verl's engine module is loaded and ``INTERNALS`` hold."""
+    _wrap_train_batch(sys.modules[ENGINE_BASE].BaseEngine)
 
 
 def unpatch_engine() -> None:

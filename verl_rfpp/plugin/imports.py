@@ -15,16 +15,16 @@ from verl_rfpp.plugin.state import logger
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a callback right after a module is first imported. One shot per module; the finder
+    """Runs callbacks right after a module is first imported. One shot per module; the finder
     leaves ``sys.meta_path`` when nothing is pending. A failing callback is logged at ERROR (verl's
     import goes on; the activation guard in ``validate_config`` then refuses our estimators)."""
 
     def __init__(self) -> None:
-        self.pending: dict[str, Callable[[Any], None]] = {}
+        self.pending: dict[str, list[Callable[[Any], None]]] = {}
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        callback = self.pending.pop(fullname, None)
-        if callback is None:
+        callbacks = self.pending.pop(fullname, None)
+        if callbacks is None:
             return None
         if not self.pending:
             remove_finder()
@@ -36,7 +36,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_then_patch(module: Any) -> None:
             exec_module(module)
-            _run_callback(callback, module)
+            for callback in callbacks:
+                _run_callback(callback, module)
 
         spec.loader.exec_module = exec_then_patch
         return spec
@@ -69,11 +70,11 @@ def after_import(name: str, callback: Callable[[Any], None]) -> None:
     if finder is None:
         finder = _AfterImport()
         sys.meta_path.insert(0, finder)
-    finder.pending[name] = callback
+    finder.pending.setdefault(name, []).append(callback)
 
 
 def cancel(name: str) -> None:
-    """Forget the pending hook of module ``name``, if any."""
+    """Forget the pending hooks of module ``name``, if any."""
     finder = _finder()
     if finder is not None:
         finder.pending.pop(name, None)

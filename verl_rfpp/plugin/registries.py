@@ -15,8 +15,16 @@ import torch
 from verl_rfpp import estimators, validation
 from verl_rfpp.errors import RfppError
 from verl_rfpp.metrics import STEP_METRICS
+from verl_rfpp.plugin import hooks
+from verl_rfpp.plugin.hooks import Internal
 from verl_rfpp.plugin.state import ORIGINALS, public
+from verl_rfpp.plugin.versions import no_loader_problem
 
+CORE_ALGOS = "verl.trainer.ppo.core_algos"  # the estimator and policy-loss registries
+INTERNALS = (
+    Internal(CORE_ALGOS, "ADV_ESTIMATOR_REGISTRY", kind=dict),
+    Internal(CORE_ALGOS, "get_adv_estimator_fn"),
+)
 ENTRY_POINT = "verl_rfpp"
 TRACE_ENV = "VERL_RFPP_TRACE"  # a file path: one line per estimator call (name, pid, N)
 
@@ -36,10 +44,11 @@ def _guard_first_call(name: str, config: Any) -> None:
     """
     if name in checked_in_process:
         return
-    ensure_active(name)
     root = config._get_root() if hasattr(config, "_get_root") else None
-    if root is not None and validation.estimator_of(root) is not None:
-        validation.enforce(root)
+    run_config = root if root is not None and validation.estimator_of(root) is not None else None
+    ensure_active(name, run_config)
+    if run_config is not None:
+        validation.enforce(run_config)
     checked_in_process.add(name)
 
 
@@ -136,8 +145,14 @@ def registered_ours(name: str) -> bool:
     return core_algos.ADV_ESTIMATOR_REGISTRY.get(name) is ESTIMATORS[name]
 
 
-def activation_problem(name: str) -> Optional[str]:
-    """Why ``get_adv_estimator_fn(name)`` is not ours, or ``None`` when it is."""
+def activation_problem(name: str, config: Any = None) -> Optional[str]:
+    """Why a run of our estimator ``name`` would not be the contract's, or ``None``: a hook that
+    could not attach (a verl internal it relies on is missing or changed), or
+    ``get_adv_estimator_fn(name)`` not ours. (A key of the run config the rules read that is
+    missing, removed by the user or renamed by verl, is a violation of section 6.2.9.)"""
+    moved = hooks.problem()
+    if moved is not None:
+        return f"verl_rfpp: {moved}. Check with: verl-rfpp doctor"
     from verl.trainer.ppo import core_algos
 
     if registered_ours(name):
@@ -179,15 +194,15 @@ def exclusion_cause() -> Optional[str]:
 
 def not_loaded_problem(name: str) -> str:
     """The activation problem of ``name`` when ``import verl`` did not load this module."""
-    cause = exclusion_cause() or (
+    cause = no_loader_problem() or exclusion_cause() or (
         "verl did not load it through its verl.plugins entry point; check that verl-rfpp is "
         "installed in this environment"
     )
     return _problem(name, cause)
 
 
-def ensure_active(name: str) -> None:
-    """Raise ``ActivationError`` when ``get_adv_estimator_fn(name)`` is not ours."""
-    problem = activation_problem(name)
+def ensure_active(name: str, config: Any = None) -> None:
+    """Raise ``ActivationError`` when a run of ``name`` would not be ours (``activation_problem``)."""
+    problem = activation_problem(name, config)
     if problem is not None:
         raise ActivationError(problem)

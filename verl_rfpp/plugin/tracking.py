@@ -7,9 +7,11 @@ import functools
 from typing import Any
 
 from verl_rfpp.metrics import STEP_METRICS
+from verl_rfpp.plugin.hooks import Internal
 from verl_rfpp.plugin.state import ORIGINALS, is_ours, marked
 
 TRACKING = "verl.utils.tracking"
+INTERNALS = (Internal(TRACKING, "Tracking.log", ("self", "data", "step")),)
 
 
 def hook_tracking() -> None:
