@@ -94,6 +94,18 @@ def test_worker_check_stops_naming_the_excluded_node_and_worker(cluster, exclude
     assert "Fix: unset it" in bad[0] and "verl-rfpp doctor --ray auto" in error
 
 
+def test_a_run_of_our_recipe_loads_the_plugin_on_the_excluded_node_too(cluster, excluded_node):
+    """verl's driver (the TaskRunner that computes the advantages) may land on any node: with the
+    job environment main_ppo builds for our recipe, every worker process loads the plugin, also on
+    a node whose raylet excludes it, so verl's own estimator never runs in its place."""
+    result = _run(str(DRIVER), cluster.address, "--job-env")
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["ok"], answer
+    alive = [node.node_id for node in cluster.nodes() if node.alive]
+    assert excluded_node in alive and sorted(r["node_id"] for r in answer["reports"]) == sorted(alive)
+    assert {(r["plugin_loaded"], r["version"]) for r in answer["reports"]} == {(True, verl_rfpp.__version__)}
+
+
 def _report(**changes):
     return {"pid": 1, "node_id": "n" * 56, "node_ip": "127.0.0.1", "plugin_loaded": True, "version": "0.1.0",
             "plugins_env": None, **changes}

@@ -1,5 +1,5 @@
 """Installing verl-rfpp into a verl environment changes nothing that is there (docs/contract.md
-section 8.4): our requirements admit every version verl's own extras pin, in the installed verl's
+section 8.5): our requirements admit every version verl's own extras pin, in the installed verl's
 metadata (CI runs this on each tested verl release), and never cap verl from above."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each hook, the verl internals it relies on, and whether it attached (docs/contract.md section 8.4).
+"""Each hook, the verl internals it relies on, and whether it attached (docs/contract.md section 8.5).
 
 A hook patches one verl subsystem when verl first imports its module. Before it patches anything
 it checks every internal it relies on (present, of the expected kind, with the expected call

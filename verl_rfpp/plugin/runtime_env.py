@@ -1,5 +1,5 @@
 """verl's Ray job environment: every process of a run that selects our estimator loads this
-plugin, at the driver's version (docs/contract.md section 8.5).
+plugin, at the driver's version (docs/contract.md section 8.6).
 
 ``main_ppo`` builds the job's ``runtime_env`` with ``constants_ppo.get_ppo_ray_runtime_env(config)``
 in the Hydra process (which validated the config, so it has the plugin) and passes it to

@@ -1,4 +1,4 @@
-"""The verl releases this plugin is written against (docs/contract.md section 8.4).
+"""The verl releases this plugin is written against (docs/contract.md section 8.5).
 
 verl loads plugins through its ``verl.plugins`` entry point from release 0.9.0 on: an older verl
 never imports us, so its own estimators run under our names. Every release with that loader is
