@@ -105,14 +105,14 @@ def test_batch_metrics_by_hand():
                                  scores[:1])
 
 
-def _record(key, seed, flat_kl, reward, steps=6):
+def _record(key, seed, flat_kl, reward, steps=6, noise_std=0.1):
     method = next(m for m in METHODS if m.key == key)
     series = lambda value: [(s, value) for s in range(1, steps + 1)]  # noqa: E731
     metrics = {tag: series(0.5) for tag in noisy_task.METRICS}
     metrics.update({P + "flat_kl_from_start": series(flat_kl), P + "informative_true_reward": series(reward),
                     P + "flat_entropy": series(3.0 - flat_kl)})
     return {"method": {"key": method.key, "label": method.label, "estimator": method.estimator, "ours": method.ours},
-            "seed": seed, "steps": steps, "lr": 0.01, "noise_std": 0.1, "seconds": 10.0, "proof": "p",
+            "seed": seed, "steps": steps, "lr": 0.01, "noise_std": noise_std, "seconds": 10.0, "proof": "p",
             "metrics": metrics}
 
 
@@ -132,16 +132,23 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     assert verdict["control"]["flat_kl_from_start"]["per_seed"] == pytest.approx([-0.05, 0.05])
     assert not noisy.verdicts(noisy.summarize([_record("verl_grpo", 0, 0.1, 0.4), _record("ours_baseline", 0, 0.2, 0.5)],
                                               start))["0.01"]["shows"]
-    noisy.write(tmp_path, records, spec)
-    assert (tmp_path / "noisy_lr0.01.png").read_bytes()[:4] == b"\x89PNG"
+    control = (_record("verl_grpo", 0, 0.3, 0.45, noise_std=0.0), _record("ours_baseline", 0, 0.15, 0.5, noise_std=0.0))
+    effect = noisy.noise_effect(table, noisy.summarize(list(control), start))["0.01"]
+    assert effect["verl_grpo"]["seeds"] == [0] and effect["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
+    assert effect["ours_baseline"]["informative_true_reward"]["diff_mean"] == pytest.approx(0.0)
+    noisy.write(tmp_path, records, spec, control=control)
+    for name in ("noisy_lr0.01.png", "noise_free_lr0.01.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "report.md").read_text()
     assert "| verl GRPO | 0.450 ± 0.071 |" in text and "the claim shows at lr 0.01" in text
     results = json.loads((tmp_path / "results.json").read_text())
-    assert len(results["runs"]) == 6 and results["verdicts"]["0.01"]["shows"]
+    assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["shows"]
+    assert "noisy minus noise-free (seeds [0]): flat KL from start +0.7000" in text
+    assert results["noise_effect"]["0.01"]["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
     schema = (Path(__file__).resolve().parents[1] / "docs" / "curves" / "noisy" / "schema.md").read_text()
     keys = set(results) | set(results["settings"]) | set(results["summary"]["0.01"]["verl_grpo"])
     keys |= set(results["verdicts"]["0.01"]) | set(results["verdicts"]["0.01"]["flat_kl_from_start"])
-    keys |= set(results["runs"][0]) | set(results["runs"][0]["metrics"])
+    keys |= set(results["runs"][0]) | set(results["runs"][0]["metrics"]) | set(results["noise_effect"]["0.01"]["verl_grpo"])
     undocumented = sorted(k for k in keys if f"`{k}`" not in schema)
     assert not undocumented, f"docs/curves/noisy/schema.md lacks {undocumented}"
 

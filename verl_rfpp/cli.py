@@ -335,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     curves.add_argument("--lrs", type=float, nargs="*", help="--task noisy: learning rates (default 1e-2)")
     curves.add_argument("--noise-std", type=float, default=0.1, help="--task noisy: reward noise std")
     curves.add_argument("--quick", action="store_true", help="--task noisy: a 2-step, 1-seed smoke run")
+    curves.add_argument("--control", type=int, default=0, metavar="SEEDS",
+                        help="--task noisy: also run GRPO and ours REINFORCE++-baseline noise-free, this many seeds")
     curves.set_defaults(handler=_curves)
     doctor = commands.add_parser("doctor", help="check that verl runs verl-rfpp's estimators")
     doctor.set_defaults(handler=_doctor)

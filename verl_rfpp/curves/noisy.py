@@ -38,7 +38,7 @@ def overrides(paths: dict, spec: dict, lr: float) -> list[str]:
 def run_one(method: Method, seed: int, steps: int, lr: float, out: Path, noise_std: float = NOISE_STD,
             timeout: float = 900) -> dict:
     """One trainer run (cached in its ``run.json`` when steps, lr and noise agree)."""
-    directory = out / "runs" / f"{method.key}_lr{lr:g}_seed{seed}"
+    directory = out / "runs" / f"{method.key}_lr{lr:g}_noise{noise_std:g}_seed{seed}"
     done = directory / "run.json"
     if done.exists():
         cached = json.loads(done.read_text())
@@ -127,6 +127,14 @@ def _group(records: list[dict]) -> dict[float, dict[str, list[dict]]]:
     return grouped
 
 
+def _group_noise(records: list[dict]) -> dict[tuple[float, float], dict[str, list[dict]]]:
+    """``{(lr, noise_std): {method key: [records by seed]}}``."""
+    grouped: dict[tuple[float, float], dict[str, list[dict]]] = {}
+    for record in sorted(records, key=lambda r: r["seed"]):
+        grouped.setdefault((record["lr"], record["noise_std"]), {}).setdefault(record["method"]["key"], []).append(record)
+    return grouped
+
+
 def summarize(records: list[dict], start: dict[str, float]) -> dict[str, dict[str, dict]]:
     """Per lr and method, over seeds (mean, sample std, the per-seed values), at the end of the runs
     (mean of the last WINDOW steps): informative true reward, flat entropy and its drop from the
@@ -178,11 +186,36 @@ def verdicts(table: dict[str, dict[str, dict]]) -> dict[str, dict]:
                    "flat_entropy_drop": paired("flat_entropy_drop"),
                    "informative_true_reward": paired("informative_true_reward")}
         verdict["shows"] = bool(seeds) and all(d > 0 for d in verdict["flat_kl_from_start"]["per_seed"])
+        verdict["informative_reward_lower_for_grpo"] = bool(seeds) and all(
+            d < 0 for d in verdict["informative_true_reward"]["per_seed"])
         if "verl_baseline" in rows:
             control = rows["verl_baseline"]
             verdict["control"] = {name: paired(name, ours, control) for name in
                                   ("flat_kl_from_start", "informative_true_reward")}
         out[lr] = verdict
+    return out
+
+
+CONTROL_METHODS = ("verl_grpo", "ours_baseline")
+CONTROL_MEASURES = ("flat_kl_from_start", "flat_entropy_drop", "informative_true_reward")
+
+
+def noise_effect(table: dict[str, dict[str, dict]], control: dict[str, dict[str, dict]]) -> dict:
+    """Per lr and method run both ways: the noisy run minus the noise-free control, seed by seed
+    (same seeds, data order and sampling seed), for ``CONTROL_MEASURES``: what the noise itself did."""
+    out: dict = {}
+    for lr, rows in control.items():
+        for key, clean in rows.items():
+            noisy_row = table.get(lr, {}).get(key)
+            if not noisy_row:
+                continue
+            seeds = sorted(set(noisy_row["seeds"]) & set(clean["seeds"]))
+            cell = {"seeds": seeds}
+            for name in CONTROL_MEASURES:
+                diffs = [noisy_row[name]["per_seed"][noisy_row["seeds"].index(s)]
+                         - clean[name]["per_seed"][clean["seeds"].index(s)] for s in seeds]
+                cell[name] = {"diff_mean": _mean(diffs), "diff_std": _std(diffs), "per_seed": diffs}
+            out.setdefault(lr, {})[key] = cell
     return out
 
 
@@ -199,7 +232,7 @@ def plots(out: Path, records: list[dict], start: dict[str, float], best: float) 
               (P + "flat_entropy", "flat prompts: answer entropy (nats)", start[P + "flat_entropy"], "start"),
               (P + "flat_kl_from_start", "flat prompts: KL(pi || pi_start)", None, None),
               (P + "flat_adv_rms", "flat prompts: advantage rms", None, None))
-    for lr, methods in _group(records).items():
+    for (lr, noise), methods in _group_noise(records).items():
         figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
         for axis, (tag, title, level, level_label) in zip(axes.flat, panels):
             for key, runs in methods.items():
@@ -223,10 +256,9 @@ def plots(out: Path, records: list[dict], start: dict[str, float], best: float) 
                 axis.set_ylim(bottom=0)
             axis.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
-        figure.suptitle(f"noisy rewards (N(0, {records[0]['noise_std']:g}^2)), lr {lr:g}: line mean over seeds, "
-                        "band min..max", fontsize=10)
+        figure.suptitle(f"reward noise N(0, {noise:g}^2), lr {lr:g}: line mean over seeds, band min..max", fontsize=10)
         figure.tight_layout()
-        path = out / f"noisy_lr{lr:g}.png"
+        path = out / (f"noisy_lr{lr:g}.png" if noise else f"noise_free_lr{lr:g}.png")
         figure.savefig(path, dpi=110)
         plt.close(figure)
         written.append(path)
@@ -237,7 +269,7 @@ def _cell(row: dict, name: str, digits: int = 3) -> str:
     return f"{row[name]['mean']:.{digits}f} ± {row[name]['std']:.{digits}f}"
 
 
-def report(records: list[dict], spec: dict) -> str:
+def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> str:
     start, best = initial(spec), best_quality(spec)
     table, verdict = summarize(records, start), verdicts(summarize(records, start))
     first = records[0]
@@ -319,33 +351,64 @@ def report(records: list[dict], spec: dict) -> str:
                              f"informative true reward {c['informative_true_reward']['diff_mean']:+.3f} ± "
                              f"{c['informative_true_reward']['diff_std']:.3f}.")
         lines += ["", f"![noisy rewards at lr {lr}](noisy_lr{float(lr):g}.png)", ""]
+    if control:
+        clean = summarize(list(control), start)
+        effect = noise_effect(table, clean)
+        lines += ["## Noise-free control", "",
+                  "The same runs (same seeds: data order, sampling seed; same weights at the start) with reward "
+                  "noise 0, for GRPO and our REINFORCE++-baseline: the flat prompts then get advantage 0 from both "
+                  "(every flat group's rewards are equal), so whatever moves them is the shared parameters "
+                  "carrying over what the informative prompts learn. The noisy run minus this control, seed by "
+                  "seed, is what the noise itself did.", ""]
+        for lr, rows in clean.items():
+            lines += [f"lr {lr}:", "", "| method (noise 0) | informative true reward | flat entropy | flat KL from "
+                      "start | flat adv rms | noise std seen |", "| --- | --- | --- | --- | --- | --- |"]
+            for row in rows.values():
+                lines.append(f"| {row['label']} | {_cell(row, 'informative_true_reward')} | "
+                             f"{_cell(row, 'flat_entropy')} | {_cell(row, 'flat_kl_from_start', 4)} | "
+                             f"{_cell(row, 'flat_adv_rms')} | {_cell(row, 'noise_std_sampled')} |")
+            lines.append("")
+            for key, cell in effect.get(lr, {}).items():
+                kl, reward = cell["flat_kl_from_start"], cell["informative_true_reward"]
+                lines.append(f"- {rows[key]['label']}, noisy minus noise-free (seeds {cell['seeds']}): flat KL from "
+                             f"start {kl['diff_mean']:+.4f} ± {kl['diff_std']:.4f} (per seed "
+                             f"{', '.join(f'{d:+.4f}' for d in kl['per_seed'])}); informative true reward "
+                             f"{reward['diff_mean']:+.3f} ± {reward['diff_std']:.3f} (per seed "
+                             f"{', '.join(f'{d:+.3f}' for d in reward['per_seed'])}).")
+            lines += ["", f"![noise-free control at lr {lr}](noise_free_lr{float(lr):g}.png)", ""]
     lines += ["## Which estimator ran", "",
               "As in [the demo task's curves](../report.md): ours with the plugin loaded, verl's with "
               "`VERL_USE_EXTERNAL_PLUGINS=none`, proven per run from the run trace:", ""]
     for lr, rows in table.items():
         for row in rows.values():
             lines.append(f"- lr {lr}, {row['label']}: {'; '.join(row['proof'])}")
+    for lr, rows in (summarize(list(control), start) if control else {}).items():
+        for row in rows.values():
+            lines.append(f"- lr {lr}, noise 0, {row['label']}: {'; '.join(row['proof'])}")
     return "\n".join(lines) + "\n"
 
 
-def write(out: Path, records: list[dict], spec: dict, notes: str = "") -> None:
-    """results.json (settings, the start, the summary, the verdicts, every run's kept metrics), one
-    plot per lr and report.md (``notes`` appended)."""
+def write(out: Path, records: list[dict], spec: dict, notes: str = "", control: tuple[dict, ...] = ()) -> None:
+    """results.json (settings, the start, the summary, the verdicts, the noise-free ``control``'s
+    summary and the noise's effect, every run's kept metrics), one plot per lr and noise level and
+    report.md (``notes`` appended)."""
     out.mkdir(parents=True, exist_ok=True)
     start = initial(spec)
     table = summarize(records, start)
     kept = [{**record, "metrics": {tag: values for tag, values in record["metrics"].items() if tag in KEPT}}
-            for record in records]
+            for record in (*records, *control)]
     settings = {"prompts": [{"text": row["text"], "kind": row["kind"]} for row in spec["prompts"]],
                 "answers": spec["answers"], "task_seed": spec["task_seed"], "parameters": spec.get("parameters"),
                 "noise_std": records[0]["noise_std"], "steps": records[0]["steps"],
                 "prompts_per_step": launch.PROMPTS, "samples_per_prompt": launch.SAMPLES, "window": WINDOW,
                 "quality": {row["text"]: row["quality"] for row in spec["prompts"]}}
+    clean = summarize(list(control), start) if control else {}
     results = {"settings": settings, "initial": start, "best_quality": best_quality(spec), "summary": table,
-               "verdicts": verdicts(table), "runs": kept}
+               "verdicts": verdicts(table), "control_summary": clean, "noise_effect": noise_effect(table, clean),
+               "runs": kept}
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    plots(out, records, start, best_quality(spec))
-    text = report(records, spec)
+    plots(out, [*records, *control], start, best_quality(spec))
+    text = report(records, spec, control)
     (out / "report.md").write_text(text + (("\n" + notes.strip() + "\n") if notes else ""))
 
 
@@ -371,8 +434,12 @@ def command(args, echo: Callable[[str], None]) -> int:
     echo(f"verl-rfpp curves --task noisy: {len(methods)} methods x {seeds} seeds x {steps} steps x lr "
          f"{', '.join(f'{lr:g}' for lr in lrs)}, reward noise std {args.noise_std:g}; runs in {out / 'runs'}")
     records = run_all(out, steps, seeds, lrs, methods, args.noise_std, progress=echo)
+    control = ()
+    if args.control:
+        control = tuple(run_all(out, steps, args.control, lrs, tuple(m for m in METHODS if m.key in CONTROL_METHODS),
+                                0.0, progress=echo))
     spec = noisy_task.build_assets(out / "assets" / "noisy")
-    write(out, records, spec)
+    write(out, records, spec, control=control)
     echo((out / "report.md").read_text())
     echo(f"written: {out / 'report.md'}, {out / 'results.json'}, {out}/noisy_lr*.png")
     return 0
