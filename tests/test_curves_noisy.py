@@ -85,6 +85,8 @@ def test_policy_metrics_by_hand():
     assert math.isclose(metrics[P + "flat_entropy"], math.log(2))
     assert math.isclose(metrics[P + "informative_kl_from_start"], math.log(3) / 2)  # KL(point || uniform) = ln 3
     assert math.isclose(metrics[P + "flat_kl_from_start"], 0.5 * math.log(1.0) + 0.5 * math.log(2.0))
+    assert noisy.best_quality(spec) == pytest.approx((1.0 + 2.0) / 2)
+    assert noisy.prompt_blind_quality(spec) == pytest.approx(max((1 + 0) / 2, (-1 + 2) / 2, (0.5 + 0) / 2))
 
 
 def test_batch_metrics_by_hand():

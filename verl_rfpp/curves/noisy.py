@@ -119,6 +119,13 @@ def best_quality(spec: dict) -> float:
     return _mean([max(row["quality"]) for row in rows])
 
 
+def prompt_blind_quality(spec: dict) -> float:
+    """The best a policy that ignores the prompt can earn on the informative prompts: the largest
+    mean over informative prompts of one answer's true quality."""
+    rows = [row for row in spec["prompts"] if row["kind"] == "informative"]
+    return max(_mean([row["quality"][token] for row in rows]) for token in range(len(rows[0]["quality"])))
+
+
 def _group(records: list[dict]) -> dict[float, dict[str, list[dict]]]:
     """``{lr: {method key: [records by seed]}}``."""
     grouped: dict[float, dict[str, list[dict]]] = {}
@@ -219,7 +226,7 @@ def noise_effect(table: dict[str, dict[str, dict]], control: dict[str, dict[str,
     return out
 
 
-def plots(out: Path, records: list[dict], start: dict[str, float], best: float) -> list[Path]:
+def plots(out: Path, records: list[dict], start: dict[str, float], best: float, blind: float) -> list[Path]:
     """One figure per lr: informative true reward, flat entropy, flat KL from the start, advantage
     rms on flat rows; line: mean over seeds, band: min..max."""
     import matplotlib
@@ -228,7 +235,7 @@ def plots(out: Path, records: list[dict], start: dict[str, float], best: float) 
     import matplotlib.pyplot as plt
 
     written = []
-    panels = ((P + "informative_true_reward", "informative prompts: true reward E[q]", best, "best answer"),
+    panels = ((P + "informative_true_reward", "informative prompts: true reward E[q]", best, "best answer per prompt"),
               (P + "flat_entropy", "flat prompts: answer entropy (nats)", start[P + "flat_entropy"], "start"),
               (P + "flat_kl_from_start", "flat prompts: KL(pi || pi_start)", None, None),
               (P + "flat_adv_rms", "flat prompts: advantage rms", None, None))
@@ -250,6 +257,8 @@ def plots(out: Path, records: list[dict], start: dict[str, float], best: float) 
                                   alpha=0.12, linewidth=0)
             if level is not None:
                 axis.axhline(level, color="grey", linestyle=":", label=level_label)
+            if tag == P + "informative_true_reward":
+                axis.axhline(blind, color="grey", linestyle="-.", label="best prompt-blind answer")
             axis.set(xlabel="training step", title=title)
             axis.ticklabel_format(axis="y", useOffset=False)
             if tag != P + "informative_true_reward":
@@ -314,7 +323,8 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
         "samples: the noise verl saw).",
         "",
         f"At the start (every run): informative true reward {start[P + 'informative_true_reward']:+.3f} (best "
-        f"answer {best:.3f}), flat entropy {start[P + 'flat_entropy']:.3f} (uniform: ln "
+        f"answer of each prompt {best:.3f}; the best a prompt-blind policy can earn, one answer for every "
+        f"prompt, {prompt_blind_quality(spec):.3f}), flat entropy {start[P + 'flat_entropy']:.3f} (uniform: ln "
         f"{len(spec['answers'])} = {math.log(len(spec['answers'])):.3f}).",
         "",
     ]
@@ -403,11 +413,12 @@ def write(out: Path, records: list[dict], spec: dict, notes: str = "", control: 
                 "prompts_per_step": launch.PROMPTS, "samples_per_prompt": launch.SAMPLES, "window": WINDOW,
                 "quality": {row["text"]: row["quality"] for row in spec["prompts"]}}
     clean = summarize(list(control), start) if control else {}
-    results = {"settings": settings, "initial": start, "best_quality": best_quality(spec), "summary": table,
+    results = {"settings": settings, "initial": start, "best_quality": best_quality(spec),
+               "prompt_blind_quality": prompt_blind_quality(spec), "summary": table,
                "verdicts": verdicts(table), "control_summary": clean, "noise_effect": noise_effect(table, clean),
                "runs": kept}
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    plots(out, [*records, *control], start, best_quality(spec))
+    plots(out, [*records, *control], start, best_quality(spec), prompt_blind_quality(spec))
     text = report(records, spec, control)
     (out / "report.md").write_text(text + (("\n" + notes.strip() + "\n") if notes else ""))
 
