@@ -191,7 +191,8 @@ def verdicts(table: dict[str, dict[str, dict]]) -> dict[str, dict]:
 
         verdict = {"seeds": seeds, "flat_kl_from_start": paired("flat_kl_from_start"),
                    "flat_entropy_drop": paired("flat_entropy_drop"),
-                   "informative_true_reward": paired("informative_true_reward")}
+                   "informative_true_reward": paired("informative_true_reward"),
+                   "flat_adv_rms": paired("flat_adv_rms")}
         verdict["shows"] = bool(seeds) and all(d > 0 for d in verdict["flat_kl_from_start"]["per_seed"])
         verdict["informative_reward_lower_for_grpo"] = bool(seeds) and all(
             d < 0 for d in verdict["informative_true_reward"]["per_seed"])
@@ -344,7 +345,11 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
         v = verdict.get(lr)
         if v:
             kl, drop, reward = v["flat_kl_from_start"], v["flat_entropy_drop"], v["informative_true_reward"]
+            rms = v["flat_adv_rms"]
             lines += ["", f"GRPO against our REINFORCE++-baseline, seed by seed (seeds {v['seeds']}):",
+                      f"- advantages on flat prompts (the noise as the trainer saw it): rms GRPO minus baseline "
+                      f"{rms['diff_mean']:+.3f} ± {rms['diff_std']:.3f}; GRPO's is {rms['ratio']:.2f}x the "
+                      "baseline's.",
                       f"- flat KL from start: GRPO minus baseline {kl['diff_mean']:+.4f} ± {kl['diff_std']:.4f} "
                       f"(per seed {', '.join(f'{d:+.4f}' for d in kl['per_seed'])}); GRPO's is {kl['ratio']:.2f}x "
                       "the baseline's.",
