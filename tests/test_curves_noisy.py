@@ -129,11 +129,12 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     assert grpo["flat_entropy_drop"]["per_seed"] == pytest.approx([start[P + "flat_entropy"] - 2.0,
                                                                    start[P + "flat_entropy"] - 2.2])
     verdict = noisy.verdicts(table)["0.01"]
-    assert verdict["shows"] and verdict["flat_kl_from_start"]["per_seed"] == pytest.approx([0.8, 0.4])
+    assert verdict["flat_moved_more"] and verdict["flat_kl_from_start"]["per_seed"] == pytest.approx([0.8, 0.4])
+    assert not verdict["noise_as_signal"]  # equal flat advantage rms (0.5) in the synthetic runs
     assert verdict["flat_kl_from_start"]["ratio"] == pytest.approx(3.0)
     assert verdict["control"]["flat_kl_from_start"]["per_seed"] == pytest.approx([-0.05, 0.05])
     assert not noisy.verdicts(noisy.summarize([_record("verl_grpo", 0, 0.1, 0.4), _record("ours_baseline", 0, 0.2, 0.5)],
-                                              start))["0.01"]["shows"]
+                                              start))["0.01"]["flat_moved_more"]
     control = (_record("verl_grpo", 0, 0.3, 0.45, noise_std=0.0), _record("ours_baseline", 0, 0.15, 0.5, noise_std=0.0))
     effect = noisy.noise_effect(table, noisy.summarize(list(control), start))["0.01"]
     assert effect["verl_grpo"]["seeds"] == [0] and effect["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
@@ -142,9 +143,9 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     for name in ("noisy_lr0.01.png", "noise_free_lr0.01.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "report.md").read_text()
-    assert "| verl GRPO | 0.450 ± 0.071 |" in text and "the claim shows at lr 0.01" in text
+    assert "| verl GRPO | 0.450 ± 0.071 |" in text and "moved further from the start than the baseline's in every seed: yes" in text
     results = json.loads((tmp_path / "results.json").read_text())
-    assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["shows"]
+    assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["flat_moved_more"]
     assert "noisy minus noise-free (seeds [0]): flat KL from start +0.7000" in text
     assert results["noise_effect"]["0.01"]["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
     schema = (Path(__file__).resolve().parents[1] / "docs" / "curves" / "noisy" / "schema.md").read_text()

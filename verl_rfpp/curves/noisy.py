@@ -172,9 +172,10 @@ def summarize(records: list[dict], start: dict[str, float]) -> dict[str, dict[st
 
 def verdicts(table: dict[str, dict[str, dict]]) -> dict[str, dict]:
     """Per lr, GRPO against our REINFORCE++-baseline, seed by seed (same seeds, prompts, samples per
-    step): the flat prompts' KL from the start and entropy drop (GRPO minus baseline, and GRPO over
-    baseline), the informative true reward difference; ``shows`` when GRPO's flat KL is larger in
-    every seed. And the control: ours against verl's REINFORCE++-baseline on both measures."""
+    step): GRPO minus baseline (and GRPO over baseline) of the flat prompts' advantage rms, KL from
+    the start and entropy drop, and of the informative true reward; ``noise_as_signal`` when GRPO's
+    flat advantages are larger in every seed, ``flat_moved_more`` when its flat KL is, and
+    ``informative_reward_lower_for_grpo``. And the control: ours minus verl's REINFORCE++-baseline."""
     out = {}
     for lr, rows in table.items():
         if "verl_grpo" not in rows or "ours_baseline" not in rows:
@@ -183,17 +184,19 @@ def verdicts(table: dict[str, dict[str, dict]]) -> dict[str, dict]:
         seeds = sorted(set(grpo["seeds"]) & set(ours["seeds"]))
 
         def paired(name: str, a: dict = grpo, b: dict = ours) -> dict:
-            left = [a[name]["per_seed"][a["seeds"].index(s)] for s in seeds]
-            right = [b[name]["per_seed"][b["seeds"].index(s)] for s in seeds]
+            both = sorted(set(a["seeds"]) & set(b["seeds"]))
+            left = [a[name]["per_seed"][a["seeds"].index(s)] for s in both]
+            right = [b[name]["per_seed"][b["seeds"].index(s)] for s in both]
             diffs = [x - y for x, y in zip(left, right)]
-            return {"diff_mean": _mean(diffs), "diff_std": _std(diffs), "per_seed": diffs,
+            return {"seeds": both, "diff_mean": _mean(diffs), "diff_std": _std(diffs), "per_seed": diffs,
                     "ratio": _mean(left) / _mean(right) if _mean(right) else float("inf")}
 
         verdict = {"seeds": seeds, "flat_kl_from_start": paired("flat_kl_from_start"),
                    "flat_entropy_drop": paired("flat_entropy_drop"),
                    "informative_true_reward": paired("informative_true_reward"),
                    "flat_adv_rms": paired("flat_adv_rms")}
-        verdict["shows"] = bool(seeds) and all(d > 0 for d in verdict["flat_kl_from_start"]["per_seed"])
+        verdict["noise_as_signal"] = bool(seeds) and all(d > 0 for d in verdict["flat_adv_rms"]["per_seed"])
+        verdict["flat_moved_more"] = bool(seeds) and all(d > 0 for d in verdict["flat_kl_from_start"]["per_seed"])
         verdict["informative_reward_lower_for_grpo"] = bool(seeds) and all(
             d < 0 for d in verdict["informative_true_reward"]["per_seed"])
         if "verl_baseline" in rows:
@@ -357,11 +360,15 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
                       f"{', '.join(f'{d:+.3f}' for d in drop['per_seed'])}); {drop['ratio']:.2f}x.",
                       f"- informative true reward: {reward['diff_mean']:+.3f} ± {reward['diff_std']:.3f} (per seed "
                       f"{', '.join(f'{d:+.3f}' for d in reward['per_seed'])}).",
-                      f"- Verdict: the claim {'shows' if v['shows'] else 'does not show'} at lr {lr} (shows: GRPO's "
-                      "flat prompts moved further from the start than the baseline's in every seed)."]
+                      f"- Verdict at lr {lr}: GRPO presents the noise on flat prompts as signal (larger flat "
+                      f"advantages than the baseline in every seed): {'yes' if v['noise_as_signal'] else 'no'}. "
+                      "GRPO's flat prompts moved further from the start than the baseline's in every seed: "
+                      f"{'yes' if v['flat_moved_more'] else 'no'}. GRPO's informative true reward below the "
+                      f"baseline's in every seed: {'yes' if v['informative_reward_lower_for_grpo'] else 'no'}."]
             if "control" in v:
                 c = v["control"]
-                lines.append(f"- Control, ours minus verl's REINFORCE++-baseline: flat KL "
+                lines.append(f"- Control, ours minus verl's REINFORCE++-baseline (seeds "
+                             f"{c['flat_kl_from_start']['seeds']}): flat KL "
                              f"{c['flat_kl_from_start']['diff_mean']:+.4f} ± {c['flat_kl_from_start']['diff_std']:.4f}, "
                              f"informative true reward {c['informative_true_reward']['diff_mean']:+.3f} ± "
                              f"{c['informative_true_reward']['diff_std']:.3f}.")
