@@ -459,7 +459,7 @@ def command(args, echo: Callable[[str], None]) -> int:
     records = run_all(out, steps, seeds, lrs, methods, args.noise_std, progress=echo)
     control = ()
     if args.control:
-        control = tuple(run_all(out, steps, args.control, lrs, tuple(m for m in METHODS if m.key in CONTROL_METHODS),
+        control = tuple(run_all(out, steps, args.control, lrs, tuple(m for m in METHODS_NOISY if m.key in CONTROL_METHODS),
                                 0.0, progress=echo))
     spec = noisy_task.build_assets(out / "assets" / "noisy")
     write(out, records, spec, control=control)
