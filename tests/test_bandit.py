@@ -63,6 +63,64 @@ def test_advantages_come_from_verls_registry():
     assert torch.allclose(ours, torch.tensor([0.5, -0.5, 0.0, 0.0], dtype=torch.float64) / math.sqrt(0.125), atol=1e-6)
 
 
+def test_population_std_grpo_by_hand():
+    # group [1, 0, 0, 0]: mean 1/4, population variance 3/16; group [2, 2]: spread 0; a singleton keeps its score
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 5.0], dtype=torch.float64)
+    prompt_ids = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+    advantages = bandit_env.advantages_from(ex.estimator(ex.GRPO_POP), rewards, prompt_ids)
+    s = math.sqrt(3 / 16)
+    expected = [0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s, 0.0, 0.0, 5.0]
+    assert torch.allclose(advantages, torch.tensor(expected, dtype=torch.float64), atol=1e-5)
+    # population std of the group's advantages is 1; verl's grpo (unbiased std) gives sqrt(3/4)
+    assert math.isclose(float(advantages[:4].std(correction=0)), 1.0, rel_tol=1e-5)
+    verl = bandit_env.advantages_from(ex.estimator(ex.GRPO), rewards[:4], prompt_ids[:4])
+    assert math.isclose(float(verl.std(correction=0)), math.sqrt(3 / 4), rel_tol=1e-5)
+
+
+def test_binary_ceiling_closed_form_at_the_experiments_settings():
+    ceiling = ex.binary_ceiling(prompts=256, answers=10, prompts_per_step=32, samples=8, steps=60)
+    w = 0.9 ** 8  # 0.43047
+    u = (1 - (1 - w) / 8) ** 60
+    assert math.isclose(ceiling["all_wrong_probability"], 0.43046721, rel_tol=1e-8)
+    assert math.isclose(ceiling["unlearned_fraction"], u, rel_tol=1e-12) and 0.0118 < u < 0.0120
+    assert math.isclose(ceiling["pass_rate_ceiling"], 1 - 0.9 * u, rel_tol=1e-12)  # 0.98929
+    assert math.isclose(ceiling["seed_std"], 0.9 * math.sqrt(u * (1 - u) / 256), rel_tol=1e-12)
+
+
+def test_binary_ceiling_matches_a_monte_carlo_of_the_draws():
+    # simulate the draw process itself (32 distinct prompts of 256 per step, 8 uniform answers each,
+    # one correct of 10): the fraction of prompts never drawn with a correct answer in a group
+    rng = np.random.default_rng(0)
+    reps, steps = 400, 20
+    never = np.ones((reps, 256), dtype=bool)
+    for _ in range(steps):
+        drawn = np.argsort(rng.random((reps, 256)), axis=1)[:, :32]
+        hit = (rng.random((reps, 32, 8)) < 0.1).any(axis=2)
+        rows = np.repeat(np.arange(reps)[:, None], 32, axis=1)
+        never[rows[hit], drawn[hit]] = False
+    expected = ex.binary_ceiling(steps=steps)["unlearned_fraction"]  # (1 - 0.0712)^20 = 0.228
+    assert abs(never.mean() - expected) < 4 * math.sqrt(expected * (1 - expected) / never.size)
+
+
+def test_group_methods_leave_exactly_the_never_hit_prompts_uniform():
+    # in the bandit itself: a prompt whose groups never held the correct answer keeps zero logits (advantage 0
+    # under grpo), so the final pass rate is 1 - 0.9 * (uniform prompts) / 256 up to the learned prompts' shortfall
+    env = ex.binary_environment(0)
+    final = {}
+
+    def track(logits):
+        final["logits"] = logits
+        return None
+
+    ex.train(env, ex.GRPO, 1e5, 15, 0, track)
+    logits = final["logits"]
+    uniform = (logits == 0).all(dim=-1)
+    passes = env.expected_quality(logits)
+    assert torch.all(passes[uniform] == 0.1) and float(passes[~uniform].min()) > 0.999
+    u = ex.binary_ceiling(steps=15)["unlearned_fraction"]
+    assert abs(float(uniform.double().mean()) - u) < 4 * math.sqrt(u * (1 - u) / 256)
+
+
 # --- KL estimators: closed forms written from their definitions, float64 -------------------------
 
 
@@ -225,7 +283,7 @@ def test_quick_run_writes_the_schema(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     methods = {"grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"}
-    assert set(results["noise"]) == methods
+    assert set(results["noise"]) == methods | {"grpo_population_std"}
     for by_lr in results["noise"].values():
         for lr, cell in by_lr.items():
             float(lr)
@@ -253,7 +311,10 @@ def test_quick_run_writes_the_schema(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     # every key the run writes is documented
     schema = (Path(__file__).resolve().parents[1] / "docs" / "bandit" / "results-schema.md").read_text()
+    ceiling = results["binary_ceiling"]
+    assert 0.1 < ceiling["pass_rate_ceiling"] < 1 and ceiling["pass_rate_ceiling"] >= results["binary"]["grpo"]["pass_rate"] - 0.05
     keys = set(results) | set(results["timing"]) | set(results["binary_settings"]) | set(results["kl"]["verl_clamp"])
+    keys |= set(ceiling) | set(results["noise"])
     keys |= {k for cell in results["binary"].values() for k in cell} | {k for k in results["binary"]}
     keys |= {k for cell in results["binary"].values() for k in cell["vs_top"]}
     for regime in ("random_direction", "collapsed_token"):

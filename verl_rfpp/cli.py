@@ -275,8 +275,10 @@ def _curves(args: argparse.Namespace) -> int:
         return 2
     from pathlib import Path
 
-    from verl_rfpp.curves import report, runs
+    from verl_rfpp.curves import noisy, report, runs
 
+    if args.task == "noisy":
+        return noisy.command(args, echo=lambda line: print(line, flush=True))
     out = Path(args.out)
     unknown = sorted(set(args.methods or []) - {m.key for m in runs.METHODS})
     if unknown:
@@ -316,7 +318,14 @@ def build_parser() -> argparse.ArgumentParser:
     curves.add_argument("--steps", type=int, default=40)
     curves.add_argument("--seeds", type=int, default=3)
     curves.add_argument("--methods", nargs="*", help="method keys: ours_baseline verl_baseline ours_rfpp "
-                        "verl_rfpp verl_grpo (default: all five)")
+                        "verl_rfpp verl_grpo (default: all five; --task noisy: all but verl_rfpp)")
+    curves.add_argument("--task", choices=("demo", "noisy"), default="demo",
+                        help="noisy: noisy rewards, half the prompts with nothing to learn (docs/curves/noisy)")
+    curves.add_argument("--lrs", type=float, nargs="*", help="--task noisy: learning rates (default 1e-2)")
+    curves.add_argument("--noise-std", type=float, default=0.1, help="--task noisy: reward noise std")
+    curves.add_argument("--quick", action="store_true", help="--task noisy: a 2-step, 1-seed smoke run")
+    curves.add_argument("--control", type=int, default=0, metavar="SEEDS",
+                        help="--task noisy: also run GRPO and ours REINFORCE++-baseline noise-free, this many seeds")
     curves.set_defaults(handler=_curves)
     doctor = commands.add_parser("doctor", help="check that verl runs verl-rfpp's estimators")
     doctor.add_argument("--ray", metavar="ADDRESS",

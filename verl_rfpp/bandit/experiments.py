@@ -14,9 +14,11 @@ from verl_rfpp.errors import RfppError
 from verl_rfpp.bandit.env import TabularBandit, advantages_from, draw_batch, entropy, sgd_step
 
 GRPO, RLOO = "grpo", "rloo"
+GRPO_POP = "grpo_population_std"  # GRPO standardized with the population std (ddof 0); not in verl
 RFPP, BASELINE = "reinforce_plus_plus", "reinforce_plus_plus_baseline"
 # (prompts per step, samples per prompt): every method sees 256 samples per step
-BATCH_SHAPE = {GRPO: (32, 8), RLOO: (32, 8), BASELINE: (32, 8), RFPP: (256, 1)}
+BATCH_SHAPE = {GRPO: (32, 8), GRPO_POP: (32, 8), RLOO: (32, 8), BASELINE: (32, 8), RFPP: (256, 1)}
+NOISE_METHODS = (GRPO, GRPO_POP, BASELINE, RFPP)
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,32 @@ BINARY_RUNS = (
 BINARY_METHODS = (GRPO, RLOO, BASELINE, RFPP)
 
 
+def grpo_population_std(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                        epsilon: float = 1e-6, config: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO with the population std: ``(r_i - mean_g) / (sqrt(mean_g((r - mean_g)^2)) + epsilon)`` per
+    group ``g`` of ``index`` (verl's ``grpo`` divides by the unbiased std instead: a factor
+    ``sqrt((n - 1) / n)`` smaller for a group of ``n``); a group of one gets its raw score, as in verl."""
+    scores = token_level_rewards.sum(dim=-1).to(torch.float64)
+    advantages = torch.empty_like(scores)
+    groups: dict = {}
+    for row, uid in enumerate(index):
+        groups.setdefault(uid, []).append(row)
+    for rows in groups.values():
+        members = scores[rows]
+        if len(rows) == 1:
+            advantages[rows] = members
+        else:
+            centred = members - members.mean()
+            advantages[rows] = centred / (centred.square().mean().sqrt() + epsilon)
+    advantages = advantages.to(token_level_rewards.dtype)[:, None] * response_mask
+    return advantages, advantages
+
+
 def estimator(name: str) -> Callable:
-    """The advantage estimator verl's registry resolves ``name`` to (ours for REINFORCE++)."""
+    """The advantage estimator verl's registry resolves ``name`` to (ours for REINFORCE++), or the
+    population-std GRPO variant (``GRPO_POP``)."""
+    if name == GRPO_POP:
+        return grpo_population_std
     from verl.trainer.ppo import core_algos
 
     return core_algos.get_adv_estimator_fn(name)
@@ -93,7 +119,7 @@ def noise_environment(seed: int, prompts: int = 256, answers: int = 10, noise_st
 
 def noise_amplification(scale: Scale, progress: Optional[Callable] = None) -> dict:
     """Experiment 1: quality on informative prompts, entropy on flat ones, per method and lr."""
-    methods = (GRPO, BASELINE, RFPP)
+    methods = NOISE_METHODS
     results: dict = {"methods": {}, "curves": {}, "best_quality": 0.0, "initial_flat_entropy": math.log(10)}
     best = []
     for method in methods:
@@ -127,6 +153,28 @@ def noise_amplification(scale: Scale, progress: Optional[Callable] = None) -> di
             }
     results["best_quality"] = float(np.mean(best))
     return results
+
+
+def binary_ceiling(prompts: int = 256, answers: int = 10, prompts_per_step: int = 32, samples: int = 8,
+                   steps: int = 60) -> dict:
+    """Closed form: the expected final pass rate that all-wrong groups leave the group methods.
+
+    The policy starts uniform (zero logits). GRPO, RLOO and REINFORCE++-baseline give every sample
+    of a group without the correct answer advantage 0, so a prompt keeps its uniform logits until
+    a group of it contains the correct answer. Each step draws ``prompts_per_step`` of ``prompts``
+    distinct prompts (probability ``d = prompts_per_step / prompts`` for a given prompt, independent
+    across steps) and ``samples`` answers of it, all wrong with probability ``w = (1 - 1/answers)^samples``.
+    A prompt is never learned with probability ``u = (1 - d (1 - w))^steps``; it then passes with
+    probability ``1/answers``, a learned prompt at most 1. Ceiling ``1 - (1 - 1/answers) u``; over
+    the ``prompts`` prompts of one seed the unlearned count is Binomial(prompts, u), so the pass rate's
+    std over seeds is ``(1 - 1/answers) sqrt(u (1 - u) / prompts)``."""
+    drawn = prompts_per_step / prompts
+    all_wrong = (1.0 - 1.0 / answers) ** samples
+    unlearned = (1.0 - drawn * (1.0 - all_wrong)) ** steps
+    miss = 1.0 - 1.0 / answers
+    return {"draw_probability": drawn, "all_wrong_probability": all_wrong, "unlearned_fraction": unlearned,
+            "pass_rate_ceiling": 1.0 - miss * unlearned,
+            "seed_std": miss * math.sqrt(unlearned * (1.0 - unlearned) / prompts)}
 
 
 def binary_environment(seed: int, prompts: int = 256, answers: int = 10) -> TabularBandit:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from verl_rfpp.bandit import experiments as ex
 
-LABELS = {ex.GRPO: "GRPO", ex.RLOO: "RLOO", ex.BASELINE: "REINFORCE++-baseline", ex.RFPP: "REINFORCE++"}
+LABELS = {ex.GRPO: "GRPO", ex.GRPO_POP: "GRPO (population std)", ex.RLOO: "RLOO", ex.BASELINE: "REINFORCE++-baseline",
+          ex.RFPP: "REINFORCE++"}
 
 
 def run(out: Path, quick: bool = False) -> dict:
@@ -38,7 +39,7 @@ def _experiments(scale: ex.Scale, quick: bool) -> tuple[dict, dict]:
 
     start_wall, start_cpu, start_load = time.perf_counter(), time.process_time(), os.getloadavg()[0]
     lrs = len(scale.learning_rates)
-    with tqdm(total=3 * lrs * scale.seeds, desc="noise amplification", unit="run") as bar:
+    with tqdm(total=len(ex.NOISE_METHODS) * lrs * scale.seeds, desc="noise amplification", unit="run") as bar:
         noise = ex.noise_amplification(scale, bar.update)
     with tqdm(desc="binary rewards", unit="run") as bar:
         binary = ex.binary_rewards(scale, bar.update)
@@ -55,6 +56,8 @@ def _experiments(scale: ex.Scale, quick: bool) -> tuple[dict, dict]:
                             "max_rates": scale.binary_max_rates, "tolerance": ex.BINARY_TOLERANCE,
                             "plateau_span": ex.PLATEAU_SPAN},
         "binary": binary,
+        "binary_ceiling": ex.binary_ceiling(prompts=256, answers=10, prompts_per_step=ex.BATCH_SHAPE[ex.GRPO][0],
+                                            samples=ex.BATCH_SHAPE[ex.GRPO][1], steps=scale.binary_steps),
         "kl": {**kl, "verl_clamp": {"log_ratio": ex.VERL_LOG_RATIO_CLAMP, "value": ex.VERL_VALUE_CLAMP,
                                     "zero_gradient_below_r": low, "zero_gradient_above_r": high}},
         "bias": bias,
@@ -264,8 +267,27 @@ def _binary_section(results: dict) -> list[str]:
               "GRPO, RLOO and REINFORCE++-baseline give every sample of an "
               "all-wrong group advantage 0, while REINFORCE++ (no group baseline, global normalization) gives "
               "failures a negative advantage whenever another sample of the batch succeeded, so it also pushes "
-              "down the wrong answers it drew."]
+              "down the wrong answers it drew.", "", *_ceiling_lines(results)]
     return lines
+
+
+def _ceiling_lines(results: dict) -> list[str]:
+    """The closed-form ceiling of the group methods (``ex.binary_ceiling``) next to their measured tie."""
+    ceiling, binary = results["binary_ceiling"], results["binary"]
+    settings = results["binary_settings"]
+    groups = [key for key in (ex.GRPO, ex.RLOO, ex.BASELINE) if key in binary]
+    prompts, samples = ex.BATCH_SHAPE[ex.GRPO]
+    measured = ", ".join(f"{LABELS[key]} {binary[key]['pass_rate']:.4f} +- {binary[key]['pass_rate_std']:.4f}"
+                         for key in groups)
+    return [f"Where the tie sits, in closed form (`binary_ceiling`): a prompt is drawn in a step with probability "
+            f"d = {prompts}/256 = {ceiling['draw_probability']:.3f}, its group of {samples} misses the correct "
+            f"answer with probability w = 0.9^{samples} = {ceiling['all_wrong_probability']:.4f} while its logits "
+            f"are still uniform, and an all-wrong group has advantage 0 under the group methods, so the prompt stays "
+            f"uniform. After {settings['steps']} steps a prompt was never learned with probability "
+            f"u = (1 - d (1 - w))^{settings['steps']} = {ceiling['unlearned_fraction']:.4f}; it then passes with "
+            f"probability 0.1, a learned one at most 1. Ceiling 1 - 0.9 u = {ceiling['pass_rate_ceiling']:.4f} "
+            f"(seed-to-seed std 0.9 sqrt(u (1 - u) / 256) = {ceiling['seed_std']:.4f}); measured at the best rates: "
+            f"{measured}."]
 
 
 def _paired_gap(a: dict, b: dict) -> float:

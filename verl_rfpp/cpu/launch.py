@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from verl_rfpp import cluster, validation
 from verl_rfpp.cpu import assets, trace
@@ -207,14 +207,19 @@ def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
 
 def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ranks: int = 1, seed: int = 0,
             ours: bool = True, loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None,
-            multi_turn: bool = False, nodes: int = 1, address: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
-    """``(argv, env)`` of one CPU training run; builds the assets (default ``out_dir/assets``)."""
+            multi_turn: bool = False, nodes: int = 1, address: Optional[str] = None,
+            extra_overrides: Sequence[str] = (), extra_env: Optional[dict[str, str]] = None
+            ) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` of one CPU training run; builds the assets (default ``out_dir/assets``).
+    ``extra_overrides`` come last (Hydra applies the last value of a key); ``extra_env`` is added
+    to the trainer's environment (e.g. another task's data, reward and metrics probe)."""
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = assets.build_all(Path(assets_dir) if assets_dir else out_dir / "assets")
     overrides = trainer_overrides(estimator, paths, steps, legacy, out_dir, ranks, seed, ours, loggers, multi_turn,
                                   nodes, address)
-    return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides], trainer_environment(out_dir, ours)
+    env = {**trainer_environment(out_dir, ours), **(extra_env or {})}
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *extra_overrides], env
 
 
 def parse_step_line(line: str) -> Optional[tuple[int, dict[str, float]]]:
@@ -252,7 +257,8 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
         timeout: float = 900, ranks: int = 1, seed: int = 0, ours: bool = True,
         loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None, multi_turn: bool = False,
         on_step: Optional[Callable[[int, dict[str, float]], None]] = None, nodes: int = 1,
-        node_env: Optional[dict[int, dict[str, str]]] = None) -> RunResult:
+        node_env: Optional[dict[int, dict[str, str]]] = None, extra_overrides: Sequence[str] = (),
+        extra_env: Optional[dict[str, str]] = None) -> RunResult:
     """Run verl's ``main_ppo`` on the CPU; its whole log goes to ``out_dir/verl.log`` (and to stdout
     with ``echo``); ``on_step(step, metrics)`` is called as each step's console line arrives.
     ``nodes > 1``: on a ``cluster.LocalCluster`` of that many nodes (one rank each, ``node_env[i]``
@@ -273,7 +279,7 @@ def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, lo
          on_step, nodes=1, address=None) -> RunResult:
     out_dir = Path(out_dir).resolve()
     argv, env = command(estimator, out_dir, steps, legacy, ranks, seed, ours, loggers, assets_dir, multi_turn,
-                        nodes, address)
+                        nodes, address, extra_overrides, extra_env)
     trace_path = Path(env[trace.TRACE_ENV])
     trace_path.unlink(missing_ok=True)
     result = RunResult(returncode=-1, log_path=out_dir / "verl.log")

@@ -7,6 +7,8 @@ before its worker modules bind these names.
 from __future__ import annotations
 
 import functools
+import importlib
+import os
 
 from verl_rfpp.cpu import trace
 
@@ -44,6 +46,9 @@ def _unpinned(original):
 
 
 ADV_STD_METRIC = "cpu/advantages_std"
+# ``module:function``; when set, the driver adds ``function(batch)``'s metrics to every step's data
+# metrics (a task's own measurements, e.g. verl_rfpp.curves.noisy_task.probe)
+PROBE_ENV = "VERL_RFPP_METRICS_PROBE"
 TRACED_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
 
@@ -86,6 +91,10 @@ def _with_advantage_std(original):
         resolved = {name: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(name), "__module__", None)
                     for name in TRACED_ESTIMATORS}
         trace.write("metrics", adv_std=f"{std:.6g}", **resolved)
+        probe = os.environ.get(PROBE_ENV)
+        if probe:
+            module, _, name = probe.partition(":")
+            metrics.update(getattr(importlib.import_module(module), name)(batch))
         return metrics
 
     return compute_data_metrics

@@ -52,6 +52,14 @@ class HFRolloutServer:
             trace.write("weights", global_steps=self.global_steps, abs_sum=f"{checksum:.12g}")
         return self.global_steps
 
+    def next_token_probs(self, prompts: list[list[int]]) -> tuple[int, list[list[float]]]:
+        """``(global_steps, [softmax of the next-token logits after each prompt])`` under the loaded
+        weights: the exact distribution of a one-token answer at temperature 1 (a metrics probe's read)."""
+        with torch.no_grad():
+            probs = [torch.softmax(self.model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1).tolist()
+                     for ids in prompts]
+        return self.global_steps, probs
+
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
         params = dict(sampling_params)

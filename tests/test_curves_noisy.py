@@ -1,0 +1,189 @@
+"""``verl-rfpp curves --task noisy``: the task's tokenizer, data and reward, the probe's metrics on
+known answers, the report's numbers, and (e2e) a 2-step ``--quick`` run in verl's real trainer whose
+probe metrics come back from tensorboard."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from verl_rfpp import cli
+from verl_rfpp.curves import noisy, noisy_task
+from verl_rfpp.curves.runs import METHODS
+
+P = noisy_task.PREFIX
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    return noisy_task.build_assets(tmp_path_factory.mktemp("noisy") / "assets")
+
+
+def test_prompts_tokenize_as_verl_will_and_every_token_is_an_answer(spec):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])  # what verl loads (a Qwen2 tokenizer)
+    assert len(spec["prompts"]) == 2 * noisy_task.PROMPTS_PER_KIND
+    for row in spec["prompts"]:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": row["text"]}], add_generation_prompt=True,
+                                             tokenize=False)
+        assert tokenizer.encode(text, add_special_tokens=False) == row["ids"]
+        assert tokenizer.convert_ids_to_tokens(row["ids"][1:3]) == [row["text"][0], row["text"][1]]
+        assert len(row["quality"]) == len(tokenizer) == len(row["start"])
+        assert math.isclose(sum(row["start"]), 1.0, rel_tol=1e-9)
+        if row["kind"] == "flat":
+            assert set(row["quality"]) == {0.0}
+    table = noisy_task.qualities()
+    for token in range(len(tokenizer)):
+        answer = noisy_task.answer_of(tokenizer.decode([token], skip_special_tokens=True))
+        for row in spec["prompts"]:
+            assert row["quality"][token] == table[row["text"]][answer]  # reward and probe agree per token
+    assert tokenizer.encode("\n", add_special_tokens=False) == [3]  # verl's Qwen chat builder needs it
+
+
+def test_data_blocks_are_half_informative_and_fixed_by_the_seed(tmp_path):
+    import pandas as pd
+
+    first = pd.read_parquet(noisy_task.build_data(tmp_path / "a", seed=1, steps=6, noise_std=0.1)["train"])
+    again = pd.read_parquet(noisy_task.build_data(tmp_path / "b", seed=1, steps=6, noise_std=0.1)["train"])
+    other = pd.read_parquet(noisy_task.build_data(tmp_path / "c", seed=2, steps=6, noise_std=0.1)["train"])
+    texts = lambda frame: [p[0]["content"] for p in frame["prompt"]]  # noqa: E731
+    assert len(first) == 24 and texts(first) == texts(again) and texts(first) != texts(other)
+    for block in range(6):
+        kinds = [info["kind"] for info in first["extra_info"][4 * block: 4 * block + 4]]
+        assert sorted(kinds) == ["flat", "flat", "informative", "informative"]
+    with pytest.raises(noisy_task.NoisyTaskError, match="batch_prompts must be even"):
+        noisy_task.build_data(tmp_path / "d", seed=0, steps=1, noise_std=0.1, batch_prompts=3)
+
+
+def test_reward_is_true_quality_plus_seeded_gaussian_noise():
+    truth = json.dumps({"quality": {"A": 0.7, "": -1.0}, "noise_std": 0.1, "seed": 5})
+    noisy_task._RNG.clear()
+    draws = torch.tensor([noisy_task.compute_score("x", "A", truth) for _ in range(20_000)], dtype=torch.float64)
+    assert abs(float(draws.mean()) - 0.7) < 0.004 and abs(float(draws.std()) - 0.1) < 0.004
+    noisy_task._RNG.clear()
+    assert noisy_task.compute_score("x", "A", truth) == float(draws[0])  # one generator per run seed
+    assert noisy_task.compute_score("x", "", json.dumps({"quality": {"": -1.0}, "noise_std": 0.0, "seed": 0})) == -1.0
+    with pytest.raises(noisy_task.NoisyTaskError, match="'B'"):
+        noisy_task.compute_score("x", "B", truth)
+
+
+def test_policy_metrics_by_hand():
+    spec = {"prompts": [
+        {"kind": "informative", "quality": [1.0, -1.0, 0.5], "start": [1 / 3] * 3},
+        {"kind": "informative", "quality": [0.0, 2.0, 0.0], "start": [1 / 3] * 3},
+        {"kind": "flat", "quality": [0.0] * 3, "start": [0.5, 0.25, 0.25]},
+    ]}
+    probs = [[1 / 3] * 3, [0.0, 1.0, 0.0], [0.5, 0.5, 0.0]]
+    metrics = noisy_task.policy_metrics(spec, probs)
+    assert math.isclose(metrics[P + "informative_true_reward"], ((1 - 1 + 0.5) / 3 + 2.0) / 2)
+    assert math.isclose(metrics[P + "informative_entropy"], math.log(3) / 2)
+    assert math.isclose(metrics[P + "flat_entropy"], math.log(2))
+    assert math.isclose(metrics[P + "informative_kl_from_start"], math.log(3) / 2)  # KL(point || uniform) = ln 3
+    assert math.isclose(metrics[P + "flat_kl_from_start"], 0.5 * math.log(1.0) + 0.5 * math.log(2.0))
+    assert noisy.best_quality(spec) == pytest.approx((1.0 + 2.0) / 2)
+    assert noisy.prompt_blind_quality(spec) == pytest.approx(max((1 + 0) / 2, (-1 + 2) / 2, (0.5 + 0) / 2))
+
+
+def test_batch_metrics_by_hand():
+    spec = {"prompts": [{"ids": [1, 4, 6, 2, 1], "kind": "informative", "quality": [0.0] * 14 + [1.5] + [0.0] * 9},
+                        {"ids": [1, 5, 6, 2, 1], "kind": "flat", "quality": [0.0] * 24}]}
+    prompts = torch.tensor([[1, 4, 6, 2, 1, 0], [0, 1, 4, 6, 2, 1], [1, 5, 6, 2, 1, 0]])  # pad id 0, either side
+    responses = torch.tensor([[14], [15], [14]])
+    mask = torch.ones(3, 1)
+    advantages = torch.tensor([[2.0], [-1.0], [0.5]])
+    scores = torch.tensor([[1.6], [-0.1], [0.2]])
+    metrics = noisy_task.batch_metrics(spec, prompts, responses, mask, advantages, scores)
+    assert math.isclose(metrics[P + "informative_adv_rms"], math.sqrt((4 + 1) / 2))
+    assert math.isclose(metrics[P + "flat_adv_rms"], 0.5)
+    noise = torch.tensor([1.6 - 1.5, -0.1, 0.2], dtype=torch.float64)
+    assert math.isclose(metrics[P + "noise_std_sampled"], float(noise.std()), rel_tol=1e-6)
+    with pytest.raises(noisy_task.NoisyTaskError, match="not a prompt of task.json"):
+        noisy_task.batch_metrics(spec, torch.tensor([[1, 9, 9, 2, 1]]), responses[:1], mask[:1], advantages[:1],
+                                 scores[:1])
+
+
+def _record(key, seed, flat_kl, reward, steps=6, noise_std=0.1):
+    method = next(m for m in METHODS if m.key == key)
+    series = lambda value: [(s, value) for s in range(1, steps + 1)]  # noqa: E731
+    metrics = {tag: series(0.5) for tag in noisy_task.METRICS}
+    metrics.update({P + "flat_kl_from_start": series(flat_kl), P + "informative_true_reward": series(reward),
+                    P + "flat_entropy": series(3.0 - flat_kl)})
+    return {"method": {"key": method.key, "label": method.label, "estimator": method.estimator, "ours": method.ours},
+            "seed": seed, "steps": steps, "lr": 0.01, "noise_std": noise_std, "seconds": 10.0, "proof": "p",
+            "metrics": metrics}
+
+
+def test_summary_verdict_and_written_files(tmp_path, spec):
+    records = [_record("verl_grpo", 0, 1.0, 0.4), _record("verl_grpo", 1, 0.8, 0.5),
+               _record("ours_baseline", 0, 0.2, 0.5), _record("ours_baseline", 1, 0.4, 0.6),
+               _record("verl_baseline", 0, 0.25, 0.5), _record("verl_baseline", 1, 0.35, 0.6)]
+    start = noisy.initial(spec)
+    table = noisy.summarize(records, start)
+    grpo = table["0.01"]["verl_grpo"]
+    assert grpo["flat_kl_from_start"]["mean"] == pytest.approx(0.9)
+    assert grpo["flat_entropy_drop"]["per_seed"] == pytest.approx([start[P + "flat_entropy"] - 2.0,
+                                                                   start[P + "flat_entropy"] - 2.2])
+    verdict = noisy.verdicts(table)["0.01"]
+    assert verdict["flat_moved_more"] and verdict["flat_kl_from_start"]["per_seed"] == pytest.approx([0.8, 0.4])
+    assert not verdict["noise_as_signal"]  # equal flat advantage rms (0.5) in the synthetic runs
+    assert verdict["flat_kl_from_start"]["ratio"] == pytest.approx(3.0)
+    assert verdict["control"]["flat_kl_from_start"]["per_seed"] == pytest.approx([-0.05, 0.05])
+    assert not noisy.verdicts(noisy.summarize([_record("verl_grpo", 0, 0.1, 0.4), _record("ours_baseline", 0, 0.2, 0.5)],
+                                              start))["0.01"]["flat_moved_more"]
+    control = (_record("verl_grpo", 0, 0.3, 0.45, noise_std=0.0), _record("ours_baseline", 0, 0.15, 0.5, noise_std=0.0))
+    effect = noisy.noise_effect(table, noisy.summarize(list(control), start))["0.01"]
+    assert effect["verl_grpo"]["seeds"] == [0] and effect["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
+    assert effect["ours_baseline"]["informative_true_reward"]["diff_mean"] == pytest.approx(0.0)
+    noisy.write(tmp_path, records, spec, control=control)
+    for name in ("noisy_lr0.01.png", "noise_free_lr0.01.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    text = (tmp_path / "report.md").read_text()
+    assert "| verl GRPO | 0.450 ± 0.071 |" in text and "moved further from the start than the baseline's in every seed: yes" in text
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["flat_moved_more"]
+    assert "noisy minus noise-free (seeds [0]): flat KL from start +0.7000" in text
+    assert results["noise_effect"]["0.01"]["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
+    schema = (Path(__file__).resolve().parents[1] / "docs" / "curves" / "noisy" / "schema.md").read_text()
+    keys = set(results) | set(results["settings"]) | set(results["summary"]["0.01"]["verl_grpo"])
+    keys |= set(results["verdicts"]["0.01"]) | set(results["verdicts"]["0.01"]["flat_kl_from_start"])
+    keys |= set(results["runs"][0]) | set(results["runs"][0]["metrics"]) | set(results["noise_effect"]["0.01"]["verl_grpo"])
+    undocumented = sorted(k for k in keys if f"`{k}`" not in schema)
+    assert not undocumented, f"docs/curves/noisy/schema.md lacks {undocumented}"
+
+
+def test_quick_run_refuses_bad_arguments(tmp_path, capsys):
+    assert cli.main(["curves", "--task", "noisy", "--out", str(tmp_path), "--methods", "ppo"]) == 2
+    assert "unknown method(s) ppo" in capsys.readouterr().out
+    assert cli.main(["curves", "--task", "noisy", "--out", str(tmp_path), "--lrs", "0"]) == 2
+    assert "must be positive" in capsys.readouterr().out
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.e2e
+def test_quick_noisy_run_in_verls_trainer(tmp_path, capsys):
+    """``--quick`` (2 steps, 1 seed) of our REINFORCE++-baseline: the probe's metrics reach verl's
+    tensorboard every step, measure the policy after that step's update, and see the stated noise."""
+    code = cli.main(["curves", "--task", "noisy", "--quick", "--out", str(tmp_path), "--methods", "ours_baseline"])
+    assert code == 0, capsys.readouterr().out[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    (run,) = results["runs"]
+    assert run["proof"].startswith("2 verl_rfpp reinforce_plus_plus_baseline calls")
+    metrics = run["metrics"]  # read back from the tensorboard event files
+    for tag in noisy_task.METRICS:
+        assert [step for step, _ in metrics[tag]] == [1, 2], tag
+    assert [value for _, value in metrics[P + "probe_policy_step"]] == [1.0, 2.0]  # the weights after the update
+    assert [value for _, value in metrics["response_length/mean"]] == [1.0, 1.0]  # one-token answers
+    for _, value in metrics[P + "noise_std_sampled"]:
+        assert 0.03 < value < 0.2  # 16 draws of N(0, 0.1^2)
+    # global normalization: flat groups' centred noise (std ~0.1) is small beside informative spreads (~1)
+    for (_, flat), (_, informative) in zip(metrics[P + "flat_adv_rms"], metrics[P + "informative_adv_rms"]):
+        assert flat < informative
+    for (_, kl), (_, entropy) in zip(metrics[P + "flat_kl_from_start"], metrics[P + "flat_entropy"]):
+        assert 0 < kl < 1 and 0 < entropy <= math.log(24)
+    for name in ("report.md", "noisy_lr0.01.png"):
+        assert (tmp_path / name).exists()
