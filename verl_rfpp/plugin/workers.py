@@ -43,8 +43,9 @@ def probe(actor=None):
     node_id = node_ip = None
     try:
         import ray
-        node_id = ray.get_runtime_context().get_node_id()
-        node_ip = ray.util.get_node_ip_address()
+        if ray.is_initialized():  # in a Ray worker; elsewhere the runtime context would start Ray
+            node_id = ray.get_runtime_context().get_node_id()
+            node_ip = ray.util.get_node_ip_address()
     except Exception:
         pass
     rank = world = backend = None
