@@ -70,3 +70,11 @@ def test_a_missing_example_script_is_a_clear_error(tmp_path):
 def test_demo_refuses_zero_nodes(capsys):
     assert cli.main(["demo", "--nodes", "0"]) == 2
     assert "--nodes 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("steps", ["0", "-3"])
+def test_demo_refuses_a_run_without_steps_before_starting_anything(capsys, tmp_path, steps):
+    """verl-rfpp demo --steps 0 used to run verl for minutes and then FAIL: exit 2 at once."""
+    assert cli.main(["demo", "--steps", steps, "--out", str(tmp_path / "out")]) == 2
+    assert f"--steps {steps}: train at least 1 step" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()  # no assets built, nothing started
