@@ -143,7 +143,9 @@ def test_a_moved_internal_fails_its_hook_loudly_and_patches_nothing(tmp_path, ca
     failed = {label.split(": ", 1)[0]: label for label, ok in result["status"].items() if not ok}
     assert set(failed) == set(broken), result["status"]
     for hook, name in broken.items():
-        assert name in failed[hook]
+        # the internal's name, or its module failing to import because of another broken
+        # internal of this round (verl's losses module imports from core_algos by name)
+        assert name in failed[hook] or "cannot be imported" in failed[hook], failed[hook]
         assert result["patched"][hook] is False  # nothing of this hook is in
         assert result["call"].startswith("ActivationError: ") and name in result["call"]
         assert f"could not attach its {hook}" in result["stderr"] and name in result["stderr"]  # logged at ERROR
