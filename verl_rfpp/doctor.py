@@ -7,7 +7,6 @@ back to the driver (``verl_rfpp.cluster_doctor``), so every node runs the very s
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata

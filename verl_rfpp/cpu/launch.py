@@ -265,18 +265,18 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
     added to node ``i``'s environment), started before verl and stopped after it, whatever happens."""
     if nodes == 1:
         return _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir,
-                    multi_turn, on_step)
+                    multi_turn, on_step, extra_overrides=extra_overrides, extra_env=extra_env)
     env = trainer_environment(Path(out_dir).resolve(), ours)
     changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
     with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed, node_env=node_env) as ray_cluster:
         result = _run(estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers, assets_dir,
-                      multi_turn, on_step, nodes, ray_cluster.address)
+                      multi_turn, on_step, nodes, ray_cluster.address, extra_overrides, extra_env)
         result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
     return result
 
 
 def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
-         on_step, nodes=1, address=None) -> RunResult:
+         on_step, nodes=1, address=None, extra_overrides=(), extra_env=None) -> RunResult:
     out_dir = Path(out_dir).resolve()
     argv, env = command(estimator, out_dir, steps, legacy, ranks, seed, ours, loggers, assets_dir, multi_turn,
                         nodes, address, extra_overrides, extra_env)
