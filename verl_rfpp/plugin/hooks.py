@@ -111,6 +111,8 @@ def attach_pending() -> None:
             for hook in HOOKS.values():
                 if hook.module == module:
                     FAILURES[hook.name] = [f"module {module} cannot be imported ({type(error).__name__}: {error})"]
+                    logger.error("verl_rfpp could not attach its %s (%s); runs with our estimators are "
+                                 "refused. Run `verl-rfpp doctor`.", hook.name, FAILURES[hook.name][0])
 
 
 def problem() -> Optional[str]:
