@@ -65,10 +65,11 @@ CASES = [
     ("base-gamma-negative", BASE + ["algorithm.gamma=-0.1"], {"algorithm.gamma"}),
     # every engine's sequence-splitting key, in the engine's own packaged config (section 6.2.4);
     # the reference model's copy interpolates the actor's, so both are reported
+    # (++: verl 0.9.0's packaged config has no turbo_config; 0.9.1's does)
     ("rfpp-fsdp-turbo-cp", RFPP + [f"{AR}.actor.strategy=fsdp_turbo",
-                                   f"{AR}.actor.fsdp_config.turbo_config.distributed.ulysses_parallel_size=2"],
+                                   f"++{AR}.actor.fsdp_config.turbo_config.distributed.ulysses_parallel_size=2"],
      {f"{AR}.actor.fsdp_config.turbo_config.distributed.ulysses_parallel_size"}),
-    ("base-ref-fsdp-turbo-cp", BASE + [f"{AR}.ref.fsdp_config.turbo_config.distributed.ulysses_parallel_size=4"],
+    ("base-ref-fsdp-turbo-cp", BASE + [f"++{AR}.ref.fsdp_config.turbo_config.distributed.ulysses_parallel_size=4"],
      {f"{AR}.ref.fsdp_config.turbo_config.distributed.ulysses_parallel_size"}),
     ("base-megatron-engine-cp", BASE + ["model_engine=megatron", f"{AR}.actor.megatron.context_parallel_size=2"],
      {f"{AR}.actor.megatron.context_parallel_size", f"{AR}.ref.megatron.context_parallel_size"}),
