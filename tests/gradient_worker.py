@@ -56,6 +56,45 @@ def _batch(arrays: dict):
     return DataProto.from_single_dict(tensors)
 
 
+def _torch_padding_for_verl_without_a_cpu_fallback() -> None:
+    """verl 0.9.0 packs a batch only through flash_attn's ``bert_padding`` (CUDA wheels only);
+    verl 0.9.1 falls back to torch when flash_attn is missing. On such a verl, hand its
+    ``attention_utils`` torch versions of the four functions, so its real path runs on the CPU."""
+    import torch
+    import torch.nn.functional as F
+    import verl.utils.attention_utils as attention_utils
+
+    try:
+        attention_utils._get_attention_functions()
+        return
+    except ImportError:
+        pass
+
+    def index_first_axis(tensor, indices):
+        return tensor[indices]
+
+    def pad_input(hidden, indices, batch, seqlen):
+        out = hidden.new_zeros(batch * seqlen, *hidden.shape[1:])
+        out[indices] = hidden
+        return out.view(batch, seqlen, *hidden.shape[1:])
+
+    def unpad_input(hidden, attention_mask, unused_mask=None):
+        masks = attention_mask + unused_mask if unused_mask is not None else attention_mask
+        lengths = masks.sum(dim=-1, dtype=torch.int32)
+        indices = torch.nonzero(masks.flatten(), as_tuple=False).flatten()
+        offsets = F.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))
+        return (index_first_axis(hidden.reshape(-1, *hidden.shape[2:]), indices), indices, offsets,
+                int(lengths.max()), attention_mask.sum(dim=-1, dtype=torch.int32))
+
+    def rearrange(*args, **kwargs):  # einops, only if the path asks for it
+        from einops import rearrange as einops_rearrange
+
+        return einops_rearrange(*args, **kwargs)
+
+    functions = (index_first_axis, pad_input, rearrange, unpad_input)
+    attention_utils._get_attention_functions = lambda: functions
+
+
 def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -> None:
     import numpy as np
     import torch
@@ -165,6 +204,8 @@ def main() -> None:
                                 world_size=world, timeout=timedelta(seconds=180))
         import verl  # noqa: F401  (loads the verl_rfpp plugin through its entry point)
         import verl_rfpp.cpu  # noqa: F401  (the CPU platform and patches, as VERL_USE_EXTERNAL_MODULES does)
+
+        _torch_padding_for_verl_without_a_cpu_fallback()
         from verl.workers.engine.base import BaseEngine
 
         from verl_rfpp import plugin

@@ -180,9 +180,11 @@ def test_required_keys_are_in_every_engines_packaged_config(engine):
 # Any name that could mean splitting a sequence across ranks (wider than the rule's pattern), and
 # the names among them that do not: Megatron's / Automodel's tensor-parallel sequence_parallel
 # (activations sharded within a tensor-parallel group; every rank computes whole sequences'
-# log-probabilities), a length budget of dynamic context parallelism (refused on its own switch).
+# log-probabilities), a length budget of dynamic context parallelism (refused on its own switch),
+# and verl 0.9.0's MindSpeed choice of context-parallel algorithm (a name, not a size: the split
+# itself is its context_parallel_size, which the rule reads).
 SPLIT_WORDS = re.compile(r"ulysses|context_parallel|(^|_)(cp|sp)(_|$)|sequence_parallel|seq_parallel|parallel_seq")
-NOT_SPLITTING = {"sequence_parallel", "max_seqlen_per_dp_cp_rank"}
+NOT_SPLITTING = {"sequence_parallel", "max_seqlen_per_dp_cp_rank", "context_parallel_algo"}
 
 
 def _tree_keys(node, prefix):
