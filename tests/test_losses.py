@@ -97,7 +97,7 @@ def _verl_inputs(b, log_prob):
         },
         batch_size=[rows],
     )
-    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(b["mask"].sum()), global_batch_size=rows)
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(b["mask"].bool().sum()), global_batch_size=rows)
     pieces = []  # log-probs are shifted left by one: position p predicts token p + 1
     for i in range(rows):
         n = int(b["lengths"][i])
