@@ -70,11 +70,11 @@ def test_unsupported_mask_dtypes_are_refused_by_name(name, dtype):
 
 @pytest.mark.parametrize("mask_dtype", [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
                                         torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str)
-def test_every_supported_mask_dtype_gives_the_reference(mask_dtype):
+def test_every_supported_mask_dtype_gives_the_reference(mask_dtype, device):
     rewards, mask, uids = make_batch(7, dtype=torch.float64)
-    result = reinforce_plus_plus(rewards, mask.to(mask_dtype))
+    result = reinforce_plus_plus(rewards.to(device), mask.to(device, mask_dtype))
     expected, _ = reference.reinforce_plus_plus(rewards, mask, 1.0)
-    assert (result.advantages - expected).abs().max().item() <= 1e-12
+    assert (result.advantages.cpu() - expected).abs().max().item() <= 1e-12
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)
@@ -259,20 +259,20 @@ def test_any_argument_gives_a_result_or_our_error(rewards, mask, index, config, 
 
 # --- losses (docs/contract.md section 5) --------------------------------------------------------
 
-def test_response_mean_of_an_all_masked_micro_batch_is_zero_not_nan():
+def test_response_mean_of_an_all_masked_micro_batch_is_zero_not_nan(device):
     """Without global_batch_size an all-masked micro-batch gave 0/0 = NaN."""
-    loss = torch.full((3, 4), 2.0, requires_grad=True)
-    mask = torch.zeros(3, 4)
+    loss = torch.full((3, 4), 2.0, requires_grad=True, device=device)
+    mask = torch.zeros(3, 4, device=device)
     value = losses.response_mean(loss, mask)
     assert value.item() == 0.0
     (gradient,) = torch.autograd.grad(value, loss)
-    assert torch.equal(gradient, torch.zeros(3, 4))
+    assert torch.equal(gradient.cpu(), torch.zeros(3, 4))
     assert losses.response_mean(loss, mask, global_batch_size=4, dp_size=2).item() == 0.0
 
 
-def test_response_mean_still_divides_by_the_responses():
-    loss = torch.tensor([[1.0, 3.0, 100.0], [5.0, 0.0, 0.0], [7.0, 7.0, 7.0]])
-    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])
+def test_response_mean_still_divides_by_the_responses(device):
+    loss = torch.tensor([[1.0, 3.0, 100.0], [5.0, 0.0, 0.0], [7.0, 7.0, 7.0]], device=device)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]], device=device)
     assert losses.response_mean(loss, mask).item() == reference.response_mean(loss.tolist(), mask.tolist())
 
 

@@ -78,17 +78,24 @@ def _composed_actor_config():
     return actor
 
 
+def _on(b, device):
+    """The batch ``b`` with its tensors on ``device``."""
+    return {key: (value.to(device) if torch.is_tensor(value) else value) for key, value in b.items()}
+
+
 def _verl_inputs(b, log_prob):
-    """A TensorDict as verl's engine hands it to ppo_loss, with the model's no-padding output."""
+    """A TensorDict as verl's engine hands it to ppo_loss, with the model's no-padding output,
+    on the batch's device."""
     import verl.utils.tensordict_utils as tu
 
     rows, length = b["mask"].shape
     prompt = b["prompt"]
-    attention = torch.cat([torch.ones(rows, prompt, dtype=torch.int64), b["attended"].long()], dim=1)
+    device = b["mask"].device
+    attention = torch.cat([torch.ones(rows, prompt, dtype=torch.int64, device=device), b["attended"].long()], dim=1)
     data = TensorDict(
         {
-            "prompts": torch.ones(rows, prompt, dtype=torch.int64),
-            "responses": torch.ones(rows, length, dtype=torch.int64),
+            "prompts": torch.ones(rows, prompt, dtype=torch.int64, device=device),
+            "responses": torch.ones(rows, length, dtype=torch.int64, device=device),
             "attention_mask": attention,
             "response_mask": b["mask"],
             "old_log_probs": b["old"],
@@ -101,16 +108,17 @@ def _verl_inputs(b, log_prob):
     pieces = []  # log-probs are shifted left by one: position p predicts token p + 1
     for i in range(rows):
         n = int(b["lengths"][i])
-        pieces += [torch.zeros(prompt - 1, dtype=log_prob.dtype), log_prob[i, :n], torch.zeros(1, dtype=log_prob.dtype)]
+        zeros = functools.partial(torch.zeros, dtype=log_prob.dtype, device=log_prob.device)
+        pieces += [zeros(prompt - 1), log_prob[i, :n], zeros(1)]
     return data, {"log_probs": torch.cat(pieces)}
 
 
-def test_verl_ppo_loss_with_the_recipe_equals_spec():
+def test_verl_ppo_loss_with_the_recipe_equals_spec(device):
     from verl.workers.utils.losses import ppo_loss
 
     b = _batch()
-    theirs_lp = b["log_prob"].clone().requires_grad_(True)
-    data, model_output = _verl_inputs(b, theirs_lp)
+    theirs_lp = b["log_prob"].clone().to(device).requires_grad_(True)
+    data, model_output = _verl_inputs(_on(b, device), theirs_lp)
     loss, metrics = ppo_loss(_actor_config(), model_output, data)
     loss.backward()
 
@@ -119,7 +127,7 @@ def test_verl_ppo_loss_with_the_recipe_equals_spec():
     expected.backward()
 
     assert abs(loss.item() - expected.item()) <= 1e-12 * max(1.0, abs(expected.item()))
-    assert (theirs_lp.grad - ours_lp.grad).abs().max().item() <= 1e-12
+    assert (theirs_lp.grad.cpu() - ours_lp.grad).abs().max().item() <= 1e-12
     assert metrics["kl_loss"].aggregate() > 0
     # both clip bounds bound somewhere in this batch
     valid = b["mask"].bool()
@@ -235,7 +243,7 @@ def _per_rank_ppo_loss(b, dp, shards, actor):
 
 @pytest.mark.parametrize("padding", [False, True], ids=["no-padding-rows", "padding-rows"])
 @pytest.mark.parametrize("dp,responses", [(dp, n) for dp in (1, 2, 4, 8) for n in range(1, 2 * dp + 1)])
-def test_fewer_responses_than_ranks_both_terms_use_the_contract_divisor(dp, responses, padding):
+def test_fewer_responses_than_ranks_both_terms_use_the_contract_divisor(dp, responses, padding, device):
     """N responses over dp ranks, through verl's real ``ppo_loss`` per rank: the averaged loss,
     both logged terms and the gradient of the policy term and of the whole loss are the float64
     reference's response means over the whole mini-batch. With N < dp each rank divides both
@@ -244,9 +252,10 @@ def test_fewer_responses_than_ranks_both_terms_use_the_contract_divisor(dp, resp
     b = _mini_batch(responses, rows, seed=100 * dp + 10 * responses + padding)
     shards = [part.tolist() for part in torch.arange(rows).tensor_split(dp)]
     actor = _actor_config()
-    loss, grad, pg, kl = _per_rank_ppo_loss(b, dp, shards, actor)
+    loss, grad, pg, kl = _per_rank_ppo_loss(_on(b, device), dp, shards, actor)
     policy_only = dataclasses.replace(actor, use_kl_loss=False)
-    _, policy_grad, _, _ = _per_rank_ppo_loss(b, dp, shards, policy_only)
+    _, policy_grad, _, _ = _per_rank_ppo_loss(_on(b, device), dp, shards, policy_only)
+    grad, policy_grad = grad.cpu(), policy_grad.cpu()
 
     log_prob = b["log_prob"].clone().requires_grad_(True)
     policy, k2 = _reference_terms(b, log_prob)

@@ -28,12 +28,12 @@ def _values(seed, rows=17, length=13, dtype=torch.float64):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_matches_reference_and_reports_moments(seed):
+def test_matches_reference_and_reports_moments(seed, device):
     values, mask = _values(seed)
-    normalized, stats = masked_global_normalize(values, mask)
+    normalized, stats = masked_global_normalize(values.to(device), mask.to(device))
     expected = reference.normalize(values, mask)
     mu, var, n = reference.moments(values, mask)
-    assert (normalized - expected).abs().max().item() <= 1e-12
+    assert (normalized.cpu() - expected).abs().max().item() <= 1e-12
     assert stats.valid_token_count.item() == n
     assert abs(stats.raw_mean.item() - mu) <= 1e-12 * abs(mu)
     assert abs(stats.raw_std.item() - math.sqrt(var)) <= 1e-12 * math.sqrt(var)
@@ -42,19 +42,20 @@ def test_matches_reference_and_reports_moments(seed):
     assert stats.variance_floored.item() == 0.0
 
 
-def test_variance_floor_is_a_floor_not_an_epsilon():
-    values = torch.tensor([[0.0, 2e-5]], dtype=torch.float64)  # var = 1e-10 < floor
-    normalized, stats = masked_global_normalize(values, torch.ones(1, 2))
+def test_variance_floor_is_a_floor_not_an_epsilon(device):
+    values = torch.tensor([[0.0, 2e-5]], dtype=torch.float64, device=device)  # var = 1e-10 < floor
+    normalized, stats = masked_global_normalize(values, torch.ones(1, 2, device=device))
     assert normalized[0].tolist() == pytest.approx([-1e-5 / 1e-4, 1e-5 / 1e-4], rel=1e-12)
     assert stats.variance_floored.item() == 1.0
-    values = torch.tensor([[0.0, 2e-3]], dtype=torch.float64)  # var = 1e-6 > floor: no epsilon at all
-    normalized, _ = masked_global_normalize(values, torch.ones(1, 2))
+    values = torch.tensor([[0.0, 2e-3]], dtype=torch.float64, device=device)  # var = 1e-6 > floor: no epsilon
+    normalized, _ = masked_global_normalize(values, torch.ones(1, 2, device=device))
     assert normalized.tolist() == [[-1.0, 1.0]]
     assert VARIANCE_FLOOR == 1e-8
 
 
-def test_output_is_exact_zero_and_dtype_follows_input():
+def test_output_is_exact_zero_and_dtype_follows_input(device):
     values, mask = _values(1, dtype=torch.bfloat16)
+    values, mask = values.to(device), mask.to(device)
     normalized, _ = masked_global_normalize(values, mask)
     assert normalized.dtype == torch.bfloat16
     zeros = normalized[mask == 0]
@@ -69,13 +70,14 @@ def test_empty_population_raises():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_row_constant_normalization_counts_every_valid_token(seed):
+def test_row_constant_normalization_counts_every_valid_token(seed, device):
     _, mask = _values(seed)
     g = torch.Generator().manual_seed(seed)
     rows = torch.randn(mask.shape[0], generator=g, dtype=torch.float64)
     rows[0] = float("nan")  # row 0 has no valid token: ignored whatever it holds
     broadcast = torch.where(mask.bool(), rows[:, None], 0.0)
-    normalized, stats = normalize_row_constant(rows, mask.bool(), torch.float64)
+    normalized, stats = normalize_row_constant(rows.to(device), mask.bool().to(device), torch.float64)
+    normalized = normalized.cpu()
     expected = reference.normalize(broadcast, mask)
     mu, var, n = reference.moments(broadcast, mask)
     assert (normalized - expected).abs().max().item() <= 1e-12
