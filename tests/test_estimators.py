@@ -96,7 +96,8 @@ def test_singleton_groups_and_padding_rows_get_zero_advantage(device):
 def test_group_mean_is_inclusive_not_leave_one_out(device):
     rewards = torch.tensor([[1.0], [0.0], [0.0]], dtype=torch.float64, device=device)
     result = reinforce_plus_plus_baseline(rewards, torch.ones(3, 1, device=device), ["a", "a", "a"])
-    assert torch.allclose(result.returns[:, 0].cpu(), torch.tensor([2 / 3, -1 / 3, -1 / 3], dtype=torch.float64), atol=0, rtol=1e-15)
+    expected = torch.tensor([2 / 3, -1 / 3, -1 / 3], dtype=torch.float64)
+    assert torch.allclose(result.returns[:, 0].cpu(), expected, atol=0, rtol=1e-15)
 
 
 def test_baseline_reward_sums_valid_positions_only(device):
