@@ -292,7 +292,7 @@ def test_rfpp_policy_loss_through_verl_ppo_loss_on_an_all_masked_micro_batch_is_
     from verl.utils.config import omega_conf_to_dataclass
 
     from verl_rfpp import validation
-    from verl_rfpp.cli import compose_verl_config
+    from verl_rfpp.plugin.compose import compose_verl_config
 
     tu.assign_non_tensor(data, global_batch_size=None, batch_num_tokens=None)
     # the recipe's k2 term too: verl's agg_loss would divide 0 by 0 without a global_batch_size

@@ -14,7 +14,7 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from verl_rfpp import validation
-from verl_rfpp.cli import compose_verl_config
+from verl_rfpp.plugin.compose import compose_verl_config
 
 RFPP = list(validation.RECIPES["reinforce_plus_plus"])
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])

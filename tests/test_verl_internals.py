@@ -27,7 +27,8 @@ PROBE = r"""
 import json, sys
 import numpy as np, torch
 import verl  # loads the plugin through its entry point
-from verl_rfpp import cli, plugin, validation
+from verl_rfpp import plugin, validation
+from verl_rfpp.plugin.compose import compose_verl_config
 
 result = {"loaded": "verl_rfpp.plugin" in sys.modules, "status": plugin.hooks_status(), "patched": {}}
 for hook in plugin.HOOKS:
@@ -43,7 +44,7 @@ try:
 except plugin.ActivationError as error:
     result["call"] = "ActivationError: " + str(error)
 import verl.utils.config as verl_config
-config = cli.compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
+config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
 validate = getattr(verl_config, "validate_config", None)
 try:
     validate(config, use_reference_policy=True, use_critic=False)
