@@ -339,10 +339,7 @@ def _matching_keys(config: DictConfig, node: DictConfig, prefix: str) -> Iterato
         if OmegaConf.is_missing(node, name):
             continue
         if OmegaConf.is_interpolation(node, name):
-            try:  # a container behind an interpolation; a leaf that fails is no key of ours
-                child = OmegaConf.select(config, key, throw_on_missing=True)
-            except OmegaConfBaseException:
-                continue
+            child = _interpolated(config, node, name, key)
         else:
             child = node[name]
         if isinstance(child, DictConfig):
@@ -350,6 +347,26 @@ def _matching_keys(config: DictConfig, node: DictConfig, prefix: str) -> Iterato
 
 
 _COPY = re.compile(r"^\$\{(?:oc\.select:)?([\w.]+)(?:,[^}]*)?\}$")
+
+
+def _interpolated(config: DictConfig, node: DictConfig, name: str, key: str) -> Any:
+    """What the interpolation at ``key`` reaches, for the container walk: a plain copy of another
+    key (``${a.b}``, ``${oc.select:a.b,default}``) is looked up without resolving leaves (OmegaConf's
+    grammar parser is the cost of a check); any other interpolation is resolved. A leaf that does
+    not resolve is no container of ours (``None``)."""
+    match = _COPY.match(str(node._get_node(name)._value()))
+    if match:
+        target: Any = config
+        for part in match.group(1).split("."):
+            if not isinstance(target, DictConfig) or part not in target or OmegaConf.is_interpolation(target, part):
+                break
+            target = target._get_node(part)
+        else:
+            return target if isinstance(target, DictConfig) else None
+    try:
+        return OmegaConf.select(config, key, throw_on_missing=True)
+    except OmegaConfBaseException:
+        return None
 
 
 def _copied_from(config: DictConfig, key: str) -> Optional[str]:
