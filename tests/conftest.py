@@ -10,6 +10,7 @@ import shutil
 import tempfile
 
 import pytest
+import torch
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
@@ -30,3 +31,16 @@ def passes_implementation(request):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(passes.CPU_KERNELS_VARIABLE, "1" if request.param == "kernels" else "0")
         yield request.param
+
+
+# --- every device present (docs/performance.md "On a GPU") --------------------------------------
+# The numerical modules take ``device``: the CPU always, ``cuda`` when torch sees a GPU; ids are
+# the device names. On cuda the ``passes_implementation`` switch changes nothing (the numba
+# kernels run on CPU tensors only): benchmarks/gpu_check.sh selects ``-k "cuda and not kernels"``.
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="session", params=DEVICES)
+def device(request):
+    """A ``torch.device`` of this machine; session-scoped so Hypothesis tests may take it."""
+    return torch.device(request.param)

@@ -2,7 +2,7 @@
 
 Both estimators take verl's keyword arguments and return ``(advantages, returns)``: the globally
 normalized advantage ``A_hat`` and the raw advantage (``G`` or ``m * C``). This module imports
-torch, numpy and pandas, never verl: it runs on plain tensors in notebooks and tests.
+torch, numpy, pandas and omegaconf, never verl: it runs on plain tensors in notebooks and tests.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from verl_rfpp import inputs, passes
 from verl_rfpp.errors import NonFiniteError, RfppInputError
@@ -37,7 +39,9 @@ def gamma_of(config: Any) -> float:
     """
     if config is None:
         return 1.0
-    if isinstance(config, Mapping):
+    if isinstance(config, DictConfig):
+        value = _omegaconf_gamma(config)
+    elif isinstance(config, Mapping):
         value = config.get("gamma", 1.0)
     elif isinstance(config, (Real, str, bytes, list, tuple, torch.Tensor, np.ndarray)):
         raise RfppInputError(
@@ -47,6 +51,21 @@ def gamma_of(config: Any) -> float:
     else:
         value = getattr(config, "gamma", 1.0)
     return checked_gamma(1.0 if value is None else value)
+
+
+def _omegaconf_gamma(config: DictConfig) -> Any:
+    """``gamma`` of an OmegaConf node, refusing a mandatory ``???`` (``.get`` reads it as the default)
+    and an interpolation that does not resolve (an unset ``${oc.env:...}``) with the fix."""
+    fix = "set it, e.g. algorithm.gamma=1.0, the recipe's value (docs/contract.md section 9.2)."
+    if OmegaConf.is_missing(config, "gamma"):
+        raise RfppInputError(f"verl_rfpp: algorithm.gamma is '???' (a mandatory value never set); {fix}")
+    try:
+        return config.get("gamma", 1.0)
+    except OmegaConfBaseException as error:
+        raise RfppInputError(
+            f"verl_rfpp: algorithm.gamma cannot be read: {error}. Fix: define what it refers to (the "
+            f"environment variable or config key), or {fix}"
+        ) from error
 
 
 def checked_gamma(value: Any) -> float:
