@@ -10,16 +10,21 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from verl_rfpp import validation
+from verl_rfpp import arguments, validation
 
 
 def _doctor(args: argparse.Namespace) -> int:
     """Report whether verl runs our estimators; exit 0 only if every piece is ours. ``--ray``: the
-    same report on every alive node of a Ray cluster, one line per node."""
-    if args.ray:
+    same report on every alive node of a Ray cluster, one line per node (exit 2: no cluster at that
+    address, in one line naming it)."""
+    if args.ray is not None:
         from verl_rfpp import cluster_doctor
 
-        found = cluster_doctor.check(args.ray)
+        try:
+            found = cluster_doctor.check(args.ray)
+        except cluster_doctor.AddressError as error:
+            print(error)
+            return 2
         print(found.render())
         return 0 if found.healthy else 1
     from verl_rfpp import doctor
@@ -227,12 +232,6 @@ def _missing_modules(names: Sequence[str]) -> list[str]:
 
 def _demo(args: argparse.Namespace) -> int:
     """Train the tiny local model for a few steps inside verl's real trainer, on the CPU."""
-    if args.nodes < 1:
-        print(f"verl-rfpp demo: --nodes {args.nodes}: a cluster has at least 1 node; use 1 (one Ray node) or 2")
-        return 2
-    if args.steps < 1:
-        print(f"verl-rfpp demo: --steps {args.steps}: train at least 1 step (the default is 3)")
-        return 2
     problem = _no_loader_problem()
     if problem is not None:
         print(f"verl-rfpp demo: {problem}.")
@@ -318,27 +317,32 @@ def _curves(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="verl-rfpp", description=__doc__.replace("``", ""))
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = arguments.Parser(prog="verl-rfpp", description=__doc__.replace("``", ""))
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=arguments.Parser)
     demo = commands.add_parser("demo", help="train a tiny local model with verl's real trainer on the CPU")
     demo.add_argument("--estimator", choices=validation.ESTIMATOR_NAMES, default="reinforce_plus_plus_baseline")
     demo.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of v1")
-    demo.add_argument("--steps", type=int, default=3, help="training steps (40 show learning; default 3)")
+    demo.add_argument("--steps", type=int, default=3, action=arguments.Positive,
+                      fix="train at least 1 step (the default is 3)",
+                      help="training steps (40 show learning; default 3)")
     demo.add_argument("--ranks", type=int, default=1, choices=(1, 2),
                       help="FSDP ranks: training processes sharing each batch (gloo)")
-    demo.add_argument("--nodes", type=int, default=1,
+    demo.add_argument("--nodes", type=int, default=1, action=arguments.Positive,
+                      fix="a cluster has at least 1 node; use 1 (one Ray node) or 2",
                       help="N >= 2: a Ray cluster of N nodes on this machine (loopback), one rank per node, running "
                            "the overrides of examples/run_qwen2.5-7b_gsm8k_rfpp_baseline_multinode.sh")
     demo.add_argument("--seed", type=int, default=0, help="data order and sampling seed")
     demo.add_argument("--multi-turn", action="store_true",
                       help="verl's tool_agent loop with a toy tool: responses with tool tokens inside")
     demo.add_argument("--verbose", action="store_true", help="stream verl's own log instead of progress lines")
-    demo.add_argument("--out", help="directory for the assets and logs (default: a new temporary one)")
+    demo.add_argument("--out", action=arguments.OutputDirectory,
+                      help="directory for the assets and logs (default: a new temporary one)")
     demo.set_defaults(handler=_demo)
     curves = commands.add_parser("curves", help="learning curves: ours vs verl's built-ins and grpo (long)")
-    curves.add_argument("--out", required=True, help="output directory (finished runs in it are reused)")
-    curves.add_argument("--steps", type=int, default=40)
-    curves.add_argument("--seeds", type=int, default=3)
+    curves.add_argument("--out", required=True, action=arguments.OutputDirectory,
+                        help="output directory (finished runs in it are reused)")
+    curves.add_argument("--steps", type=int, default=40, action=arguments.Positive, fix="train at least 1 step")
+    curves.add_argument("--seeds", type=int, default=3, action=arguments.Positive, fix="run at least 1 seed")
     curves.add_argument("--methods", nargs="*", help="method keys: ours_baseline verl_baseline ours_rfpp "
                         "verl_rfpp verl_grpo (default: all five; --task noisy: all but verl_rfpp)")
     curves.add_argument("--task", choices=("demo", "noisy"), default="demo",
@@ -365,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a launch script and its arguments, or Hydra overrides as given to main_ppo")
     check.set_defaults(handler=_check)
     bandit = commands.add_parser("bandit", help="CPU toy experiments on REINFORCE++'s claims")
-    bandit.add_argument("--out", required=True, help="output directory")
+    bandit.add_argument("--out", required=True, action=arguments.OutputDirectory, help="output directory")
     bandit.add_argument("--quick", action="store_true", help="a smaller run (under a minute)")
     bandit.set_defaults(handler=_bandit)
     recipe = commands.add_parser("recipe", help="print the validated recipe's overrides")
@@ -375,7 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help, or an argument refused in one line (arguments.Parser)
+        return stop.code
     return args.handler(args)
 
 

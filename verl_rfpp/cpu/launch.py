@@ -162,8 +162,9 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
         f"trainer.use_v1={not legacy}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
-    if address is None:  # verl starts a one-node Ray of its own, bound to loopback
+    if address is None:  # verl starts a one-node Ray of its own, bound to loopback, whatever else runs
         overrides += [
+            "+ray_kwargs.ray_init.address=local",  # not RAY_ADDRESS's, nor the one `ray start` left in Ray's temp dir
             "+ray_kwargs.ray_init.num_cpus=16",  # logical: the actors verl asks for, not cores
             f"+ray_kwargs.ray_init.num_gpus={ranks}",
             f"+ray_kwargs.ray_init._node_ip_address={cluster.LOOPBACK}",
@@ -181,9 +182,11 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
 def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
     """Switch the CPU backend on in every verl process (inherited by Ray's workers; on a cluster,
     every node's raylet gets it). With ``ours=False`` verl loads no plugin
-    (``VERL_USE_EXTERNAL_PLUGINS=none``): its own estimators run. Ray stays on loopback."""
+    (``VERL_USE_EXTERNAL_PLUGINS=none``): its own estimators run. Ray stays on loopback, and a
+    ``RAY_ADDRESS`` of the user's is not passed on: a run never joins a cluster it did not start."""
     env = cluster.loopback_environment()
     env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray refuses fake GPUs with an empty device list
+    env.pop("RAY_ADDRESS", None)  # the run's own Ray only (trainer_overrides: address=local or its LocalCluster)
     modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
     env.update({
         "VERL_PLATFORM": "cpu",
