@@ -277,6 +277,7 @@ def test_tuning_refuses_an_empty_or_non_positive_grid():
             ex.tune_learning_rate(lambda lr: [1.0], initial)
 
 
+@pytest.mark.slow
 def test_quick_run_writes_the_schema(tmp_path):
     result = subprocess.run(["verl-rfpp", "bandit", "--quick", "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=600)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every case runs fresh processes
 # Both estimators, bool and int64 masks, gamma 1 and 0.5; the values are exact by hand:
 # G = [3, 2] -> A = [1, -1]; gamma 0.5: G = [1 + 0.5 * 4, 4] = [3, 4] -> A = [-1, 1];
 # baseline: R = [1, 3] in one group -> C = [-1, 1] -> A = C (mean 0, variance 1).
