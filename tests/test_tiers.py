@@ -47,6 +47,15 @@ def test_os_system():
     os.system("true")
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    subprocess.run(["true"])
+
+
+def test_sets_up_a_module_fixture_that_starts_a_process(cluster):
+    pass
+
+
 def test_pure():
     assert sum(range(4)) == 6
 
@@ -67,15 +76,16 @@ def inner(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def test_the_fast_tier_fails_every_test_that_starts_a_process_naming_it(inner: pytest.Pytester) -> None:
     result = inner.runpytest("-p", "no:cacheprovider", "-m", "not slow and not e2e")
-    result.assert_outcomes(passed=1, failed=5, deselected=1)
+    result.assert_outcomes(passed=1, failed=5, errors=1, deselected=1)
     text = result.stdout.str()
     for name, what in [("test_starts_a_subprocess", "a subprocess"), ("test_swallows_the_refusal", "a subprocess"),
                        ("test_starts_a_multiprocessing_child", "a multiprocessing process"),
-                       ("test_starts_ray", "a Ray cluster (ray.init)"), ("test_os_system", "os.system")]:
+                       ("test_starts_ray", "a Ray cluster (ray.init)"), ("test_os_system", "os.system"),
+                       ("test_sets_up_a_module_fixture_that_starts_a_process", "a subprocess")]:
         assert f"test_inner.py::{name} starts {what}" in text, text
     assert "but is not marked slow: mark it @pytest.mark.slow" in text
 
 
 def test_a_run_that_keeps_slow_tests_starts_processes_freely(inner: pytest.Pytester) -> None:
     result = inner.runpytest("-p", "no:cacheprovider", "-k", "subprocess or slow or pure or swallows")
-    result.assert_outcomes(passed=4, deselected=3)
+    result.assert_outcomes(passed=4, deselected=4)
