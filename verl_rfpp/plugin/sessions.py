@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +28,7 @@ V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"
 FUNCTION = "compute_advantage_for_multi_trajectories"  # bound by name in trainer_base from v1.utils
 INTERNALS = (Internal(V1_TRAINER, FUNCTION, ("data", "batch_keys", "adv_estimator")),)
 
-_SESSIONS: contextvars.ContextVar[Optional[np.ndarray]] = contextvars.ContextVar("verl_rfpp_sessions", default=None)
+_SESSIONS: contextvars.ContextVar[np.ndarray | None] = contextvars.ContextVar("verl_rfpp_sessions", default=None)
 
 
 class SessionKeyError(RfppError):
@@ -58,7 +58,7 @@ def session_labels(batch_keys: Any, uids: Any) -> np.ndarray:
     return labels
 
 
-def current(rows: int) -> Optional[np.ndarray]:
+def current(rows: int) -> np.ndarray | None:
     """The session label of each of the ``rows`` rows of the estimator call in progress, or ``None``
     outside verl's v1 advantage step (then every response is its own session)."""
     labels = _SESSIONS.get()
