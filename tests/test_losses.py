@@ -13,7 +13,7 @@ from tensordict import TensorDict
 
 import reference
 from verl_rfpp import losses, validation
-from verl_rfpp.cli import compose_verl_config
+from verl_rfpp.plugin.compose import compose_verl_config
 
 EPS = 0.2
 KL_COEF = 0.01
