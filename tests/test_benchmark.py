@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # the scripts run as subprocesses
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_estimators.py"
 
 

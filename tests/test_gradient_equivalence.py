@@ -32,6 +32,8 @@ import torch
 import reference
 from verl_rfpp import validation
 
+pytestmark = pytest.mark.slow  # verl's actor workers run as processes
+
 WORKER = Path(__file__).with_name("gradient_worker.py")
 TOLERANCE = 1e-5
 CLIP = 0.2  # verl's default clip_ratio (low and high), which the recipe keeps

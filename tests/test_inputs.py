@@ -325,6 +325,7 @@ def test_rfpp_policy_loss_through_verl_ppo_loss_on_an_all_masked_micro_batch_is_
 
 # --- the CPU kernels' import (docs/contract.md section 9.5) ---------------------------------------
 
+@pytest.mark.slow  # a subprocess
 def test_a_numba_that_cannot_load_gets_the_hint(tmp_path):
     """llvmlite failing to load its library raises OSError at ``import numba``: our error, with the fix."""
     fake = tmp_path / "numba"

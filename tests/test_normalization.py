@@ -148,6 +148,7 @@ def _run_group(world_size, scenarios, tmp_path, timeout=120.0, target=distribute
     return received
 
 
+@pytest.mark.slow  # real gloo groups: spawned processes
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_sharded_population_equals_single_process(world_size, tmp_path):
     scenarios = _scenarios(world_size)
@@ -196,6 +197,7 @@ def _refusal_scenarios():
     return scenarios
 
 
+@pytest.mark.slow  # real gloo groups: spawned processes
 def test_a_bad_input_on_one_rank_makes_every_rank_raise(tmp_path):
     """docs/contract.md section 4.5: the rank with the bad input raises its own error naming
     itself; the others raise too, naming it, instead of waiting in a collective for the group's
