@@ -249,8 +249,9 @@ def test_any_shape_layout_and_mask_dtype_matches_reference(rows, length, density
     rewards, mask = _laid_out(rewards.to(device), layout), _laid_out(mask.to(device), layout)
     uids = [i % 3 for i in range(rows)]
     if not mask.bool().any():
-        with pytest.raises(EmptyPopulationError):
-            reinforce_plus_plus(rewards, mask, {"gamma": gamma})
+        if device.type == "cpu":  # elsewhere a device-side assert (section 4.6), which ends the CUDA context
+            with pytest.raises(EmptyPopulationError):
+                reinforce_plus_plus(rewards, mask, {"gamma": gamma})
         return
     result = reinforce_plus_plus(rewards, mask, {"gamma": gamma})
     expected_advantages, expected_returns = reference.reinforce_plus_plus(rewards, mask, gamma)
