@@ -55,7 +55,7 @@ modules="tests/test_estimators.py tests/test_normalization.py tests/test_losses.
 # test ids carry the device; on cuda the numba-kernels variant runs the same torch path: left out
 selection="$device and not kernels"
 bench_args=(--device "$device" --repeats 3)
-limits=(300 90 240)
+limits=(270 60 240)  # 9.5 minutes at most in all
 if [ "$quick" = 1 ]; then
     modules="tests/test_normalization.py"
     selection="$device and not kernels and matches_reference"
