@@ -75,7 +75,8 @@ def test_ours_with_an_unresolvable_rule_key_is_a_refusal_naming_it(wrapped):
     assert "VERL_RFPP_TEST_UNSET_VARIABLE" in str(raised.value) and "Fix: give algorithm.gamma" in str(raised.value)
 
 
-@pytest.mark.parametrize("name", ["reinforce_plus_pluss", "REINFORCE_PLUS_PLUS_BASELINE"])
+@pytest.mark.parametrize("name", ["reinforce_plus_pluss", "REINFORCE_PLUS_PLUS_BASELINE", "reinforce++", "rf++",
+                                  "reinforce-plus-plus-baseline", "reinforce_pp_baseline", "reinforceplusplus"])
 def test_a_misspelt_estimator_gets_checks_did_you_mean(wrapped, name, capsys):
     overrides = [*BASE, f"algorithm.adv_estimator={name}"]
     with pytest.raises(validation.MisspeltEstimatorError) as raised:
@@ -89,3 +90,23 @@ def test_a_violation_is_refused_before_verls_validation(wrapped):
     config = compose_verl_config([*RFPP, "algorithm.rollout_correction.rollout_rs=token_k1", *SIZES])
     with pytest.raises(validation.ConfigViolationError, match="algorithm.rollout_correction.rollout_rs"):
         wrapped(config, use_reference_policy=True, use_critic=False)
+
+
+@pytest.mark.parametrize("overrides", [
+    [*BASE, "actor_rollout_ref.rollout.n=1", "algorithm.use_kl_in_reward=True"],
+    [*RFPP, "algorithm.kl_ctrl.kl_coef=nan", "actor_rollout_ref.actor.clip_ratio_low=1.5"],
+])
+def test_the_wrapper_and_check_give_one_verdict_in_the_same_words(wrapped, overrides, capsys):
+    """plugin.verdict.judge decides for both: the wrapper raises the refusal check prints."""
+    with pytest.raises(validation.ConfigViolationError) as raised:
+        wrapped(compose_verl_config([*overrides, *SIZES]), use_reference_policy=True, use_critic=False)
+    assert cli.main(["check", *overrides, *SIZES]) == 1
+    assert str(raised.value) == capsys.readouterr().out.strip()
+    assert str(raised.value).splitlines()[-1].startswith("Fix: ")
+
+
+def test_the_wrapper_logs_the_verdicts_warnings(wrapped, caplog):
+    config = compose_verl_config([*BASE, "actor_rollout_ref.actor.kl_loss_coef=0", *SIZES])
+    with caplog.at_level("WARNING", logger="verl_rfpp"):
+        _raised(wrapped, config)
+    assert "kl_loss_coef = 0: the k2 loss is computed but has no effect" in caplog.text

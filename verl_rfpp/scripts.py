@@ -32,7 +32,7 @@ for argument in "$@"; do
 done
 exit 0
 """
-_LAUNCH_LINE = re.compile(r"^[^#]*\bverl[./]trainer[./]main_ppo\b", re.M)
+_LAUNCH_LINE = re.compile(r"^[^#\n]*\bverl[./]trainer[./]main_ppo\b", re.M)
 
 
 class ScriptError(Exception):
