@@ -13,7 +13,7 @@ import pytest
 
 import verl_rfpp
 from verl_rfpp import validation
-from verl_rfpp.cli import compose_verl_config
+from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin import runtime_env
 
 

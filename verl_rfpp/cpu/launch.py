@@ -79,25 +79,20 @@ def examples_dir() -> Path:
 
 def example_overrides(nodes: int, script: Optional[Path] = None) -> list[str]:
     """The Hydra overrides ``examples/<MULTINODE_EXAMPLE>`` passes to ``main_ppo`` with
-    ``NNODES=nodes`` and one GPU per node, read by running the script itself with a stand-in
-    ``python3`` that records its arguments (bash expands them exactly as for a user)."""
+    ``NNODES=nodes`` and one GPU per node, read by running the script itself with stand-ins that
+    record main_ppo's arguments (``verl_rfpp.scripts``; bash expands them exactly as for a user)."""
     script = Path(script) if script else examples_dir() / MULTINODE_EXAMPLE
     if not script.is_file():
         raise LaunchError(f"--nodes runs the overrides of {MULTINODE_EXAMPLE}, not found at {script}; "
                           "run it from a source checkout of verl-rfpp (the script is in examples/)")
-    import tempfile
+    from verl_rfpp import scripts
 
-    with tempfile.TemporaryDirectory(prefix="rfpp-example-") as scratch:
-        shim, record = Path(scratch) / "python3", Path(scratch) / "arguments"
-        shim.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {record}\n')
-        shim.chmod(0o755)
-        env = {**os.environ, "PATH": f"{scratch}:{os.environ.get('PATH', '')}", "NNODES": str(nodes),
-               "GPUS_PER_NODE": "1", "DATA_DIR": "unused", "MODEL": "unused"}
-        subprocess.run(["bash", str(script)], check=True, env=env, capture_output=True, timeout=60)
-        arguments = record.read_text().splitlines()
-    if arguments[:2] != ["-m", "verl.trainer.main_ppo"]:
-        raise LaunchError(f"{script} does not run `python3 -m verl.trainer.main_ppo` (ran: {arguments[:2]})")
-    return [o for o in arguments[2:] if not o.startswith(NOT_FOR_CPU)]
+    env = {**os.environ, "NNODES": str(nodes), "GPUS_PER_NODE": "1", "DATA_DIR": "unused", "MODEL": "unused"}
+    try:
+        arguments = scripts.record_launch(script, env=env).arguments
+    except scripts.ScriptError as error:
+        raise LaunchError(str(error)) from error
+    return [o for o in arguments if not o.startswith(NOT_FOR_CPU)]
 
 
 def _key(override: str) -> str:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 
 from verl_rfpp import validation
-from verl_rfpp.plugin import actor_loss, config, engine, hooks, imports, registries, runtime_env, tracking
+from verl_rfpp.plugin import actor_loss, config, engine, hooks, imports, registries, runtime_env, sessions, tracking
 from verl_rfpp.plugin.actor_loss import (
     patch_ppo_loss,
     ppo_loss_patched,
@@ -102,6 +102,8 @@ HOOKS = (
                engine_patched),
     hooks.Hook("Ray job loads the driver's plugin everywhere (runtime_env)", runtime_env.CONSTANTS,
                runtime_env.INTERNALS, runtime_env.hook_runtime_env, runtime_env.runtime_env_hooked),
+    hooks.Hook("baseline counts each agent session once (v1 trainer)", sessions.V1_TRAINER, sessions.INTERNALS,
+               sessions.hook_sessions, sessions.sessions_hooked),
 )
 
 
@@ -156,6 +158,7 @@ def deactivate() -> None:
     unpatch_engine()
     unhook_workers()
     runtime_env.unhook_runtime_env()
+    sessions.unhook_sessions()
     _checked_in_process.clear()
 
 
