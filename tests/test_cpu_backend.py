@@ -187,7 +187,8 @@ Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.
      "(TaskRunner pid=4242) ray.exceptions.RayTaskError(KeyError): ray::TaskRunner.run() 'actor_rollout_ref'\n"
      "(TaskRunner pid=4242) KeyError: 'actor_rollout_ref'\nsome later line\n", "KeyError: 'actor_rollout_ref'"),
     ("Traceback (most recent call last):\n  File \"ray/_private/node.py\", line 440, in __init__\n"
-     "Exception: The current node timed out during startup.\n", "Exception: The current node timed out during startup."),
+     "Exception: The current node timed out during startup.\n",
+     "Exception: The current node timed out during startup."),
 ], ids=["driver", "ray-actor", "bare-exception"])
 def test_a_crashed_demo_names_the_decisive_error(log, error):
     crashed = _result()
