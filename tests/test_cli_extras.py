@@ -28,6 +28,7 @@ BLOCKED_IMPORT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_demo_without_the_cpu_extra_names_the_install_command(tmp_path):
     script = BLOCKED_IMPORT.format(blocked={"transfer_queue"}, argv=["demo", "--out", str(tmp_path / "demo")])
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -104,7 +105,6 @@ def test_a_usable_out_is_kept_as_a_path(tmp_path):
     ("local", "`local` starts a new Ray instance"),
     ("127.0.0.1:1", "nothing accepts connections at 127.0.0.1:1"),
     ("ray://127.0.0.1:1", "nothing accepts connections at 127.0.0.1:1"),
-    ("no-such-host.invalid:6379", "host 'no-such-host.invalid' does not resolve"),
 ])
 def test_doctor_ray_refuses_a_bad_address_in_one_line(capsys, address, found):
     started = time.monotonic()

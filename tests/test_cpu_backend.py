@@ -12,6 +12,7 @@ import torch
 from verl_rfpp.cpu import assets, demo, launch, trace
 
 
+@pytest.mark.slow
 def test_plugin_never_loads_the_cpu_backend():
     code = "import sys, verl; from verl.trainer.ppo import core_algos; print('verl_rfpp.cpu' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -19,6 +20,7 @@ def test_plugin_never_loads_the_cpu_backend():
     assert result.stdout.strip().splitlines()[-1] == "False"
 
 
+@pytest.mark.slow
 def test_cpu_backend_registers_platform_and_rollout_when_asked():
     code = (
         "import verl\n"
@@ -50,6 +52,7 @@ def test_console_step_lines_are_parsed_for_both_trainers():
     assert launch.parse_step_line("no metrics here") is None
 
 
+@pytest.mark.slow
 def test_excluded_plugin_stays_out_although_the_cpu_backend_loads():
     # verl imports verl_rfpp.cpu (VERL_USE_EXTERNAL_MODULES) before its plugins; the backend must not
     # import verl_rfpp.plugin itself, or "verl's built-ins" would silently be ours.
@@ -183,7 +186,10 @@ Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.
     ("(TaskRunner pid=4242) Traceback (most recent call last):\n(TaskRunner pid=4242)   File \"x.py\", line 1\n"
      "(TaskRunner pid=4242) ray.exceptions.RayTaskError(KeyError): ray::TaskRunner.run() 'actor_rollout_ref'\n"
      "(TaskRunner pid=4242) KeyError: 'actor_rollout_ref'\nsome later line\n", "KeyError: 'actor_rollout_ref'"),
-], ids=["driver", "ray-actor"])
+    ("Traceback (most recent call last):\n  File \"ray/_private/node.py\", line 440, in __init__\n"
+     "Exception: The current node timed out during startup.\n",
+     "Exception: The current node timed out during startup."),
+], ids=["driver", "ray-actor", "bare-exception"])
 def test_a_crashed_demo_names_the_decisive_error(log, error):
     crashed = _result()
     crashed.returncode = 1
@@ -216,7 +222,6 @@ def test_help_is_plain_text(capsys):
     from verl_rfpp import cli
 
     for command in ([], ["demo"], ["curves"]):
-        with pytest.raises(SystemExit):
-            cli.main([*command, "--help"])
+        assert cli.main([*command, "--help"]) == 0
         text = capsys.readouterr().out
         assert "usage: verl-rfpp" in text and "``" not in text

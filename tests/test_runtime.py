@@ -108,6 +108,7 @@ def test_metrics_reach_verls_console_logger(fresh_process_state, capsys):
     assert "rfpp/" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_doctor_passes_when_installed():
     result = subprocess.run(["verl-rfpp", "doctor"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

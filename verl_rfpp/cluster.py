@@ -193,7 +193,8 @@ def last_error(log: str) -> Optional[str]:
     found = None
     for line in log.splitlines():
         line = re.sub(r"^\([^)]*pid=\d+[^)]*\)\s*", "", line.strip())
-        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\([\w.]+\))?(: .*)?$", line):
+        match = re.match(r"^([A-Za-z_][\w.]*)(\([\w.]+\))?(: .*)?$", line)
+        if match and match[1].endswith(("Error", "Exception", "Exit", "Interrupt")):
             found = line
     return " ".join(found.split())[:400] if found else None
 

@@ -85,7 +85,7 @@ def _check_explicit(target: str, address: str, source: Optional[str]) -> None:
     except socket.gaierror as error:
         raise AddressError(address, f"host {host!r}{named} does not resolve ({error.strerror})",
                            f"check the head node's name or IP; try {ADDRESS_FORMS}") from None
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         raise AddressError(address, f"no answer from {host}:{port}{named} within {CONNECT_TIMEOUT_S} s",
                            "check that the head node is up and that no firewall blocks the port from here; "
                            f"try {ADDRESS_FORMS}") from None
@@ -229,7 +229,7 @@ def check(address: str, timeout: float = PROBE_TIMEOUT_S) -> ClusterReport:
     finally:
         ray.shutdown()
     nodes = []
-    for info, (answer, error) in zip(alive, answers):
+    for info, (answer, error) in zip(alive, answers, strict=True):
         report = Report.from_dict(answer["report"]) if answer and answer["report"] else None
         nodes.append(NodeResult(info["NodeID"], f"{info['NodeManagerAddress']}:{info['NodeManagerPort']}",
                                 info["NodeID"] == head, report, answer["returncode"] if answer else -1,
