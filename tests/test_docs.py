@@ -135,6 +135,37 @@ def test_readme_keeps_the_ci_test_command_and_the_demo_command() -> None:
     assert 'pip install torch==2.13.0 && pip install -e ".[cpu]" && verl-rfpp demo' in lines
 
 
+FAST_TIER = 'python -m pytest -q -m "not slow and not e2e" tests'
+
+
+def test_readme_front_page_fits_220_lines_and_names_the_two_minute_tier_ci_runs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 220
+    assert f"`{FAST_TIER}`" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert '"$python" -m pytest -q -m "not slow and not e2e" tests' in ci  # the tier, on verl 0.9.0
+    assert "python3 -m ruff check ." in ci
+
+
+def _commands(markdown: Path) -> list[str]:
+    """The lines of ``markdown``'s code blocks and its inline code spans, comments dropped."""
+    text = markdown.read_text()
+    blocks = re.findall(r"(?ms)^```[^\n]*\n(.*?)^```", text)
+    prose = re.sub(r"(?ms)^```.*?^```", "", text)
+    spans = [line for block in blocks for line in block.splitlines()] + re.findall(r"`([^`\n]+)`", prose)
+    return [span.split(" #", 1)[0].rstrip() for span in spans]
+
+
+def test_the_recipe_goes_after_the_users_own_arguments() -> None:
+    """Hydra's last value wins: a recipe before the user's overrides would let the script's own
+    values undo it. Every command of the docs that expands the recipe ends with it."""
+    expansion = re.compile(r"\$\(verl-rfpp recipe [\w+]+\)")
+    misplaced = [f"{markdown.name}: {command}" for markdown in MARKDOWN for command in _commands(markdown)
+                 if (found := expansion.search(command)) and found.end() != len(command)]
+    assert misplaced == []
+    assert any(expansion.search(command) for command in _commands(ROOT / "README.md"))
+
+
 @pytest.mark.slow
 def test_readme_one_liner_prints_the_plugin_module(tmp_path: Path) -> None:
     """The README's check by hand must print ``verl_rfpp.plugin``, run from outside the checkout."""
