@@ -16,6 +16,8 @@ from omegaconf import OmegaConf
 from verl_rfpp import cli, scripts, validation
 from verl_rfpp.plugin.compose import compose_verl_config
 
+pytestmark = pytest.mark.slow  # runs launch scripts (bash) with stand-ins
+
 HERE = Path(__file__).resolve().parent
 VERL_SCRIPTS = HERE / "scripts"
 EXAMPLES = sorted((HERE.parent / "examples").glob("*.sh"))

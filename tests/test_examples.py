@@ -9,6 +9,8 @@ import pytest
 
 from verl_rfpp import cli, scripts
 
+pytestmark = pytest.mark.slow  # runs launch scripts (bash) with stand-ins
+
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.sh"))
 
 

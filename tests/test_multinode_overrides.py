@@ -12,6 +12,8 @@ from verl_rfpp import cli
 from verl_rfpp.cpu import launch
 from verl_rfpp.plugin.compose import compose_verl_config
 
+pytestmark = pytest.mark.slow  # runs launch scripts (bash) with stand-ins
+
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / launch.MULTINODE_EXAMPLE
 PATHS = {"train": "/data/train.parquet", "test": "/data/test.parquet", "model": "/models/tiny"}
 

@@ -1,5 +1,5 @@
 """One verdict on a run config, for ``verl-rfpp check`` and verl's ``validate_config`` alike
-(docs/contract.md sections 6.3-6.5): is the run ours, would verl run our estimator (active), and
+(docs/contract.md sections 6.3, 6.4 and 6.5): is the run ours, would verl run our estimator (active), and
 does the config keep the contract (valid), asked in that order. The rules themselves are
 ``verl_rfpp.validation``'s pure table; this module adds what needs verl: its registry and the
 plugin's activation state."""
