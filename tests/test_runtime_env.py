@@ -34,10 +34,10 @@ def test_our_runs_ask_every_ray_process_for_the_plugin_at_the_drivers_version(es
 def test_other_estimators_get_verls_runtime_env_unchanged():
     from verl.trainer import constants_ppo
 
-    from verl_rfpp.plugin.state import ORIGINALS
+    from verl_rfpp.plugin.table import RUNTIME_ENV
 
     config = compose_verl_config(["algorithm.adv_estimator=grpo"])
-    assert constants_ppo.get_ppo_ray_runtime_env(config) == ORIGINALS["get_ppo_ray_runtime_env"](config)
+    assert constants_ppo.get_ppo_ray_runtime_env(config) == RUNTIME_ENV.original()(config)
 
 
 def test_main_ppo_binds_the_hooked_function():

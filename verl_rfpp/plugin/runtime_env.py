@@ -17,13 +17,12 @@ from __future__ import annotations
 import functools
 import os
 import socket
-import sys
 from typing import Any, Callable
 
 from verl_rfpp import validation
-from verl_rfpp.plugin.hooks import Internal
+from verl_rfpp.patching import Internal, marked
 from verl_rfpp.plugin.registries import ActivationError
-from verl_rfpp.plugin.state import ORIGINALS, PUBLIC_MODULE, is_ours, marked
+from verl_rfpp.plugin.state import PUBLIC_MODULE
 
 CONSTANTS = "verl.trainer.constants_ppo"
 MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
@@ -72,25 +71,3 @@ def _requiring_plugin(original: Callable[..., Any]) -> Callable[..., Any]:
         return runtime_env
 
     return marked(get_ppo_ray_runtime_env)
-
-
-def hook_runtime_env() -> None:
-    module = sys.modules[CONSTANTS]
-    current = module.get_ppo_ray_runtime_env
-    if is_ours(current):
-        return
-    ORIGINALS["get_ppo_ray_runtime_env"] = current
-    module.get_ppo_ray_runtime_env = _requiring_plugin(current)
-
-
-def unhook_runtime_env() -> None:
-    original = ORIGINALS.pop("get_ppo_ray_runtime_env", None)
-    if original is not None and CONSTANTS in sys.modules:
-        sys.modules[CONSTANTS].get_ppo_ray_runtime_env = original
-
-
-def runtime_env_hooked() -> bool:
-    """Whether ``get_ppo_ray_runtime_env`` is ours where verl defines it and where ``main_ppo``
-    bound it."""
-    bound = [sys.modules[name] for name in (CONSTANTS, *MAIN_PPO_IMPORTERS) if name in sys.modules]
-    return bool(bound) and all(is_ours(getattr(module, "get_ppo_ray_runtime_env", None)) for module in bound)
