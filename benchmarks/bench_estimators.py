@@ -6,8 +6,12 @@ once), our peak extra memory in B x T float32 tensors (beyond inputs and the two
 the process's peak RSS, reset through /proc/self/clear_refs), and the max error against a float64
 computation relative to the output scale. Asserts nothing about time.
 
-    python benchmarks/bench_estimators.py            # full grid, up to 8192 x 8192
-    python benchmarks/bench_estimators.py --quick    # seconds
+On ``--device cuda`` the inputs are CUDA tensors (both implementations run there), every timing
+synchronizes the device, and the peak extra memory is the CUDA allocator's peak.
+
+    python benchmarks/bench_estimators.py                  # full grid, up to 8192 x 8192
+    python benchmarks/bench_estimators.py --quick          # seconds
+    python benchmarks/bench_estimators.py --device cuda    # on the GPU
 """
 
 from __future__ import annotations
@@ -50,9 +54,9 @@ def float64_truth(name: str, rewards: torch.Tensor, mask: torch.Tensor, uids) ->
         raw = r.flip(1).cumsum(1).flip(1) * mask
     else:
         _, codes = np.unique(uids, return_inverse=True)
-        codes = torch.from_numpy(codes)
+        codes = torch.from_numpy(codes).to(r.device)
         scores = r.sum(1)
-        totals = torch.zeros(int(codes.max()) + 1, dtype=torch.float64).index_add_(0, codes, scores)
+        totals = torch.zeros(int(codes.max()) + 1, dtype=torch.float64, device=r.device).index_add_(0, codes, scores)
         counts = torch.bincount(codes).double()
         centered = scores - (totals / counts)[codes]
         centered = torch.where(counts[codes] > 1, centered, 0.0)
@@ -62,12 +66,19 @@ def float64_truth(name: str, rewards: torch.Tensor, mask: torch.Tensor, uids) ->
     return torch.where(mask.bool(), (raw - mu) / var.clamp(min=1e-8).sqrt(), 0.0)
 
 
-def median_time(fn, repeats: int) -> float:
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_time(fn, repeats: int, device: torch.device) -> float:
     fn()
+    synchronize(device)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -80,8 +91,17 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(field)
 
 
-def peak_extra_bytes(fn) -> float:
-    """Peak RSS growth during ``fn`` minus what it returns; NaN where the peak cannot be reset."""
+def peak_extra_bytes(fn, device: torch.device) -> float:
+    """Peak memory growth during ``fn`` minus what it returns: the process's RSS on the CPU (NaN
+    where its peak cannot be reset), the CUDA allocator's peak on a GPU."""
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        outputs = fn()
+        synchronize(device)
+        returned = sum(t.numel() * t.element_size() for t in outputs)
+        return float(torch.cuda.max_memory_allocated(device) - before - returned)
     try:
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")
@@ -94,7 +114,7 @@ def peak_extra_bytes(fn) -> float:
     return (peak - before) * 1024.0 - returned
 
 
-def run(grid, dtypes, repeats):
+def run(grid, dtypes, repeats, device: torch.device):
     ours = {
         "reinforce_plus_plus": lambda r, m, u: reinforce_plus_plus(r, m, {"gamma": 1.0})[:2],
         "reinforce_plus_plus_baseline": lambda r, m, u: reinforce_plus_plus_baseline(r, m, u)[:2],
@@ -105,9 +125,11 @@ def run(grid, dtypes, repeats):
         "reinforce_plus_plus_baseline": lambda r, m, u: core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
             token_level_rewards=r, response_mask=m, index=u),
     }
-    kernels = f"numba {numba.__version__} CPU kernels" if passes.uses_cpu_kernels(torch.empty(0)) else "torch operations"
+    probe = torch.empty(0, device=device)
+    kernels = f"numba {numba.__version__} CPU kernels" if passes.uses_cpu_kernels(probe) else "torch operations"
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, verl {verl.__version__}, ours: {kernels}")
+          f"{torch.get_num_threads()} threads, verl {verl.__version__}, device: {where}, ours: {kernels}")
     header = (f"{'B x T':>12} {'dtype':>9} {'estimator':>29} {'ours ms':>9} {'verl ms':>9} "
               f"{'verl/ours':>9} {'clone-units':>11} {'peak extra (BxT f32)':>20} {'max rel err':>11}")
     print(header)
@@ -115,13 +137,14 @@ def run(grid, dtypes, repeats):
     for batch, length in grid:
         for dtype in dtypes:
             rewards, mask, uids = make_inputs(batch, length, dtype)
+            rewards, mask = rewards.to(device), mask.to(device)
             unit = batch * length * 4
-            clone = median_time(lambda: rewards.clone(), repeats)
+            clone = median_time(lambda: rewards.clone(), repeats, device)
             for name in ours:
-                ours_time = median_time(lambda: ours[name](rewards, mask, uids), repeats)
+                ours_time = median_time(lambda: ours[name](rewards, mask, uids), repeats, device)
                 # Before verl's run, whose many small frees would let the heap absorb our buffers.
-                extra = peak_extra_bytes(lambda: ours[name](rewards, mask, uids)) / unit
-                verl_time = median_time(lambda: verls[name](rewards, mask, uids), max(1, repeats // 2))
+                extra = peak_extra_bytes(lambda: ours[name](rewards, mask, uids), device) / unit
+                verl_time = median_time(lambda: verls[name](rewards, mask, uids), max(1, repeats // 2), device)
                 advantages = ours[name](rewards, mask, uids)[0]
                 truth = float64_truth(name, rewards, mask, uids)
                 error = (advantages.double() - truth).abs().max().item() / truth.abs().max().item()
@@ -135,13 +158,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small grid that runs in seconds")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu", help="where the tensors live: cpu (default), cuda, cuda:1, ...")
     args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch sees no CUDA device on this machine")
     if args.quick:
         grid, dtypes, repeats = [(64, 256), (256, 512)], [torch.float32, torch.bfloat16], 2
     else:
         grid = [(1024, 4096), (4096, 8192), (8192, 8192), (256, 32768)]
         dtypes, repeats = [torch.float32, torch.bfloat16], args.repeats
-    run(grid, dtypes, repeats)
+    run(grid, dtypes, repeats, device)
 
 
 if __name__ == "__main__":

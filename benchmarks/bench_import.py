@@ -69,8 +69,9 @@ def main() -> None:
     print(f"python -c 'import verl', median of {args.runs} fresh processes each ({os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f})")
     print(f"{'':57s}{'wall ms':>9s}{'CPU ms':>9s}")
-    print(f"  with verl_rfpp.plugin (VERL_USE_EXTERNAL_PLUGINS=auto): {medians['auto'][0]:8.0f} {medians['auto'][1]:8.0f}")
-    print(f"  without it            (VERL_USE_EXTERNAL_PLUGINS=none): {medians['none'][0]:8.0f} {medians['none'][1]:8.0f}")
+    for policy, label in (("auto", "with verl_rfpp.plugin (VERL_USE_EXTERNAL_PLUGINS=auto)"),
+                          ("none", "without it            (VERL_USE_EXTERNAL_PLUGINS=none)")):
+        print(f"  {label}: {medians[policy][0]:8.0f} {medians[policy][1]:8.0f}")
     print(f"  added by the plugin:                                    "
           f"{medians['auto'][0] - medians['none'][0]:8.0f} {medians['auto'][1] - medians['none'][1]:8.0f}")
     print(f"  in-process: entry-point discovery + import of the plugin: {statistics.median(loads) * 1000:6.0f} ms wall")

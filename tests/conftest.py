@@ -1,15 +1,21 @@
 """Shared fixtures and settings. Nothing a test run leaves behind lands in the repository:
 pytest's cache is off (``-p no:cacheprovider`` in pyproject), Hypothesis keeps no example
 database and its other storage (``.hypothesis/``, by default in the cwd) lives in a temporary
-directory removed at exit."""
+directory removed at exit. The two-minute tier (``-m "not slow and not e2e"``) stays honest:
+in a run that deselects ``slow``, a test of the tier that starts a process fails, naming itself."""
 
 from __future__ import annotations
 
 import atexit
+import multiprocessing.process
+import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
+import torch
+from _pytest.mark.expression import Expression
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
@@ -30,3 +36,82 @@ def passes_implementation(request):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(passes.CPU_KERNELS_VARIABLE, "1" if request.param == "kernels" else "0")
         yield request.param
+
+
+# --- every device present (docs/performance.md "On a GPU") --------------------------------------
+# The numerical modules take ``device``: the CPU always, ``cuda`` when torch sees a GPU; ids are
+# the device names. On cuda the ``passes_implementation`` switch changes nothing (the numba
+# kernels run on CPU tensors only): benchmarks/gpu_check.sh selects ``-k "cuda and not kernels"``.
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="session", params=DEVICES)
+def device(request):
+    """A ``torch.device`` of this machine; session-scoped so Hypothesis tests may take it."""
+    return torch.device(request.param)
+
+
+# --- test tiers: the fast tier starts no process ---------------------------------------------------
+
+# What starts a process, Ray or verl's trainer (``ray.init`` starts its processes through subprocess),
+# and which positional argument names what it starts.
+_PROCESS_STARTS = [
+    (subprocess.Popen, "_execute_child", "a subprocess", 1),
+    (multiprocessing.process.BaseProcess, "start", "a multiprocessing process", 0),
+    (os, "system", "os.system", 0),
+    (os, "fork", "os.fork", 0),
+    (os, "posix_spawn", "os.posix_spawn", 0),
+    (os, "posix_spawnp", "os.posix_spawnp", 0),
+]
+_STARTED = pytest.StashKey[list[str]]()
+
+
+def _deselects_slow(config: pytest.Config) -> bool:
+    """Whether ``-m`` leaves out a test marked only ``slow`` (pytest's own reading of the expression)."""
+    expression = config.getoption("markexpr")
+    return bool(expression) and not Expression.compile(expression).evaluate(lambda name, **_: name == "slow")
+
+
+def _in_fast_tier(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slow") is None and item.get_closest_marker("e2e") is None
+
+
+def _refusal(item: pytest.Item, what: str, detail: object) -> str:
+    return (f"{item.nodeid} starts {what} ({detail!r:.200}) but is not marked slow: mark it "
+            f"@pytest.mark.slow (or the module's pytestmark); the tier -m \"not slow and not e2e\" "
+            f"starts no process (README, Tests)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """Around setup, call and teardown of a fast-tier test (module fixtures it sets up included),
+    every way of starting a process raises; what code under test swallowed still fails the test."""
+    if not (_deselects_slow(item.config) and _in_fast_tier(item)):
+        return (yield)
+    started = item.stash.setdefault(_STARTED, [])
+
+    def refuse(what, index):
+        def start(*args, **kwargs):
+            started.append(_refusal(item, what, args[index] if index < len(args) else kwargs))
+            pytest.fail(started[-1], pytrace=False)
+        return start
+
+    import ray
+
+    with pytest.MonkeyPatch.context() as patch:
+        for owner, name, what, index in [*_PROCESS_STARTS, (ray, "init", "a Ray cluster (ray.init)", 0)]:
+            if hasattr(owner, name):
+                patch.setattr(owner, name, refuse(what, index))
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """A refusal the code under test caught still fails the phase it happened in."""
+    report = yield
+    started = item.stash.get(_STARTED, [])
+    if started:
+        if report.passed:
+            report.outcome, report.longrepr = "failed", started[0]
+        started.clear()
+    return report

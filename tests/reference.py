@@ -123,3 +123,33 @@ def response_mean(loss, mask):
         if values:
             per_response.append(sum(values) / len(values))
     return sum(per_response) / len(per_response)
+
+
+def session_centered_rewards(rewards, mask, uids, sessions):
+    """docs/contract.md section 3.7: C_i = R_i - b_g, where b_g is the mean over the sessions of
+    group g of R_s, the mean of R over the session's responses; each session counts once.
+
+    Rows without any valid token are in no session and no group: C = 0.
+    """
+    r, m = _rows(rewards), _mask_rows(mask)
+    totals = [sum(v for v, ok in zip(row_r, row_m) if ok) for row_r, row_m in zip(r, m)]
+    session_rewards: dict = {}
+    session_uid: dict = {}
+    for i, (uid, session) in enumerate(zip(uids, sessions)):
+        if any(m[i]):
+            session_rewards.setdefault(session, []).append(totals[i])
+            session_uid[session] = uid
+    group_means: dict = {}
+    for session, values in session_rewards.items():
+        group_means.setdefault(session_uid[session], []).append(sum(values) / len(values))
+    return [totals[i] - sum(group_means[uid]) / len(group_means[uid]) if any(m[i]) else 0.0
+            for i, uid in enumerate(uids)]
+
+
+def session_baseline(rewards, mask, uids, sessions):
+    """REINFORCE++-baseline over sessions (section 3.7), normalized over every output's tokens (section 4)."""
+    m = _mask_rows(mask)
+    c = session_centered_rewards(rewards, mask, uids, sessions)
+    raw = torch.tensor([[c[i] if ok else 0.0 for ok in row] for i, row in enumerate(m)],
+                       dtype=torch.float64).reshape(len(m), -1)
+    return normalize(raw, mask), raw

@@ -1,14 +1,20 @@
 """A real Ray cluster of several nodes on this machine (``verl_rfpp.cluster.LocalCluster``: one
 raylet per node, loopback only): ``verl-rfpp doctor --ray`` on every node, and the driver's check of
 every worker process (``verl_rfpp.plugin.workers``) on real actors, one per node. One cluster for
-the module (starting a node takes 10-60 s on a busy machine); a node whose raylet runs with
-``VERL_USE_EXTERNAL_PLUGINS=none`` joins it for the FAIL cases and leaves after each."""
+the module (starting a node takes 10-60 s on a busy machine), its address in Ray's address file as
+`ray start` leaves it (so ``auto`` finds this cluster, not another one on the machine). The tests
+that read the two healthy nodes come first; then a node whose raylet runs with
+``VERL_USE_EXTERNAL_PLUGINS=none`` joins, once, for every FAIL case after them."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,17 +23,22 @@ import verl_rfpp
 from verl_rfpp import cluster as ray_cluster
 from verl_rfpp.plugin import workers
 
+pytestmark = pytest.mark.slow
+
 DRIVER = Path(__file__).with_name("worker_check_driver.py")
+ADDRESS_VERDICT_S = 30  # doctor --ray on an address with no cluster: a verdict within this, CLI start included
 
 
 @pytest.fixture(scope="module")
 def cluster():
     with ray_cluster.LocalCluster(nodes=2, num_cpus=1) as started:
+        Path(started.temp_dir, "ray", "ray_current_cluster").write_text(started.address)
         yield started
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def excluded_node(cluster):
+    """Joins for the rest of the module: every test that needs it follows the healthy-cluster tests."""
     node_id = cluster.add_node({"VERL_USE_EXTERNAL_PLUGINS": "none"})
     yield node_id
     cluster.remove_node(node_id)
@@ -62,17 +73,6 @@ def test_doctor_ray_auto_reports_every_node_ok(cluster):
     assert "head" in lines[0] and "active on all 2 nodes" in result.stdout
 
 
-def test_doctor_ray_fails_naming_the_node_that_excludes_the_plugin(cluster, excluded_node):
-    result = _run("-m", "verl_rfpp.cli", "doctor", "--ray", cluster.address)
-    assert result.returncode == 1, result.stdout + result.stderr
-    lines = _node_lines(result.stdout)
-    assert len(lines) == 3, result.stdout
-    failed = [line for line in lines if line.startswith("FAIL")]
-    assert len(failed) == 1 and f"node {excluded_node[:12]}" in failed[0], result.stdout
-    assert "VERL_USE_EXTERNAL_PLUGINS=none" in result.stdout and "fix: unset it" in result.stdout
-    assert f"NOT active the same way on every node: node {excluded_node[:12]}" in result.stdout
-
-
 def test_worker_check_passes_on_every_node(cluster):
     result = _run(str(DRIVER), cluster.address)
     answer = json.loads(result.stdout.strip().splitlines()[-1])
@@ -80,6 +80,84 @@ def test_worker_check_passes_on_every_node(cluster):
     alive = [node.node_id for node in cluster.nodes() if node.alive]  # Ray keeps removed nodes, dead
     assert len(alive) == 2 and sorted(r["node_id"] for r in answer["reports"]) == sorted(alive)
     assert {(r["plugin_loaded"], r["version"]) for r in answer["reports"]} == {(True, verl_rfpp.__version__)}
+
+
+# The dying node's Python runs this ``sitecustomize`` (its PYTHONPATH): the node's doctor process
+# (``python -m verl_rfpp.cli doctor``, started by the node check) says it started, then blocks
+# until the test removes its node (and kills it by pid). Every other process goes on unchanged.
+HANGING_DOCTOR = """import os, pathlib, sys, time
+if sys.orig_argv[1:3] == ["-m", "verl_rfpp.cli"]:
+    pathlib.Path({started!r}).write_text(str(os.getpid()))
+    time.sleep(600)
+"""
+
+
+def test_doctor_ray_fails_naming_the_excluded_node_and_the_node_that_died_and_reports_the_others(
+        cluster, excluded_node, tmp_path):
+    """One run, four nodes: two healthy, one that excludes the plugin, one removed while its check
+    runs (the doctor used to end in a NodeDiedError traceback and lose every node's report)."""
+    shadow, started = tmp_path / "shadow", tmp_path / "started"
+    shadow.mkdir()
+    (shadow / "sitecustomize.py").write_text(HANGING_DOCTOR.format(started=str(started)))
+    dying = cluster.add_node({"PYTHONPATH": os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")])})
+    doctor = subprocess.Popen([sys.executable, "-m", "verl_rfpp.cli", "doctor", "--ray", cluster.address],
+                              env=ray_cluster.loopback_environment(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not started.exists() and doctor.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert started.exists(), "the dying node's check never started"
+        cluster.remove_node(dying)
+        stdout, stderr = doctor.communicate(timeout=900)
+    finally:
+        if doctor.poll() is None:
+            doctor.kill()
+            doctor.wait()
+        if started.exists():
+            try:
+                os.kill(int(started.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert doctor.returncode == 1, stdout + stderr
+    assert "Traceback" not in stderr, stderr
+    lines = _node_lines(stdout)
+    assert len(lines) == 4, stdout
+    failed = {line.split()[2]: line for line in lines if line.startswith("FAIL")}
+    assert sorted(failed) == sorted([excluded_node[:12], dying[:12]]), stdout
+    assert sum(line.startswith("OK  ") for line in lines) == 2 and lines[0].startswith("OK") and "head" in lines[0]
+    assert "VERL_USE_EXTERNAL_PLUGINS=none" in stdout and "fix: unset it" in stdout
+    died = stdout.split(failed[dying[:12]], 1)[1].splitlines()[1]
+    assert "its check did not finish: " in died and "Error" in died and "ray status" in died, stdout
+    assert "NOT active the same way on every node: " in stdout
+    assert f"node {excluded_node[:12]}" in stdout.splitlines()[-1] and f"node {dying[:12]}" in stdout.splitlines()[-1]
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # closed again on return: nothing listens there
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["nothing-listens", "not-ray-listens"])
+def test_doctor_ray_on_an_address_without_a_cluster_ends_within_30_s(listening):
+    """Ray's own client retries such an address for minutes (> 300 s measured): one line, exit 2."""
+    with socket.socket() as server:
+        if listening:  # a TCP port that accepts connections but speaks no Ray
+            server.bind(("127.0.0.1", 0))
+            server.listen(8)
+            port = server.getsockname()[1]
+        else:
+            port = _closed_port()
+        started = time.monotonic()
+        result = _run("-m", "verl_rfpp.cli", "doctor", "--ray", f"127.0.0.1:{port}")
+        took = time.monotonic() - started
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert took < ADDRESS_VERDICT_S, took
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"verl-rfpp doctor --ray '127.0.0.1:{port}': "), result.stdout
+    assert ("no Ray cluster answered" if listening else "nothing accepts connections") in lines[0]
+    assert "Fix: " in lines[0] and "Traceback" not in result.stderr
 
 
 def test_worker_check_stops_naming_the_excluded_node_and_worker(cluster, excluded_node):
@@ -147,3 +225,19 @@ def test_both_trainers_worker_setup_is_wrapped_when_verl_imports_them_and_unwrap
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "True", "False", "False"], result.stdout + result.stderr
     assert "could not patch" not in result.stderr
+
+
+@pytest.mark.e2e
+def test_the_demo_runs_its_own_ray_while_another_cluster_runs_and_ray_address_names_it(cluster, tmp_path):
+    """This module's cluster stands for one the user runs: its address in RAY_ADDRESS and in Ray's
+    address file. The demo used to join it and die (`ValueError: When connecting to an existing
+    cluster, num_cpus and num_gpus must not be provided`); it must train on a Ray of its own and
+    leave that cluster alone."""
+    actors_before = cluster.node_of_pids()
+    env = {**ray_cluster.loopback_environment(), "RAY_ADDRESS": cluster.address}
+    result = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "demo", "--steps", "1", "--out",
+                             str(tmp_path / "demo")], env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1].startswith("PASS"), result.stdout[-4000:]
+    assert "existing cluster" not in (tmp_path / "demo" / "verl.log").read_text()
+    assert cluster.node_of_pids() == actors_before  # no actor of the demo on the user's cluster

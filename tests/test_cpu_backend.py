@@ -164,6 +164,47 @@ def test_demo_verdict_passes_a_complete_run_and_names_each_failure():
         "FAIL: verl's trainer exited with code 1; ")
 
 
+# The end of verl's log when the demo joined a Ray cluster it did not start (issue 22): the
+# decisive error is the last exception line, not the exit code.
+JOINED_LOG = """ray init kwargs: {'num_cpus': 16, 'num_gpus': 1, 'runtime_env': {...}}
+Traceback (most recent call last):
+  File "verl/trainer/main_ppo.py", line 74, in run_ppo
+    ray.init(**OmegaConf.to_container(ray_init_kwargs))
+  File "ray/_private/worker.py", line 1957, in init
+    raise ValueError(
+ValueError: When connecting to an existing cluster, num_cpus and num_gpus must not be provided.
+
+Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.
+"""
+
+
+@pytest.mark.parametrize("log,error", [
+    (JOINED_LOG, "ValueError: When connecting to an existing cluster, num_cpus and num_gpus must not be provided."),
+    ("(TaskRunner pid=4242) Traceback (most recent call last):\n(TaskRunner pid=4242)   File \"x.py\", line 1\n"
+     "(TaskRunner pid=4242) ray.exceptions.RayTaskError(KeyError): ray::TaskRunner.run() 'actor_rollout_ref'\n"
+     "(TaskRunner pid=4242) KeyError: 'actor_rollout_ref'\nsome later line\n", "KeyError: 'actor_rollout_ref'"),
+], ids=["driver", "ray-actor"])
+def test_a_crashed_demo_names_the_decisive_error(log, error):
+    crashed = _result()
+    crashed.returncode = 1
+    crashed.log = log.splitlines(keepends=True)
+    verdict = demo.judge("reinforce_plus_plus_baseline", crashed, 3, 2)
+    assert verdict.problems[0] == f"verl's trainer exited with code 1: {error}"
+    assert demo.summary("reinforce_plus_plus_baseline", crashed, verdict, 3, 2, False).splitlines()[-1].startswith(
+        f"FAIL: verl's trainer exited with code 1: {error}")
+
+
+def test_a_run_on_its_own_ray_passes_no_address_of_the_users(tmp_path, monkeypatch):
+    """A run without --nodes starts its own Ray (``address=local``, Ray's documented way to ignore
+    RAY_ADDRESS and the address file of `ray start`) and does not hand RAY_ADDRESS to verl."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    paths = {"train": "t", "test": "v", "model": "m"}
+    assert "+ray_kwargs.ray_init.address=local" in launch.trainer_overrides("grpo", paths, 1, False, tmp_path)
+    assert "RAY_ADDRESS" not in launch.trainer_environment(tmp_path)
+    joined = launch.trainer_overrides("grpo", paths, 1, False, tmp_path, address="127.0.0.1:5")
+    assert "+ray_kwargs.ray_init.address=127.0.0.1:5" in joined and "+ray_kwargs.ray_init.address=local" not in joined
+
+
 def test_progress_line_shows_reward_kl_adv_std_and_seconds():
     metrics = {"critic/score/mean": 0.25, "actor/kl_loss": 0.00123, "rfpp/adv_std": 1.0, "timing_s/step": 2.44}
     assert demo.progress_line(3, 40, metrics) == "step  3/40  reward 0.250  kl_loss 0.00123  adv_std 1.000  2.4 s"

@@ -135,6 +135,7 @@ def test_readme_keeps_the_ci_test_command_and_the_demo_command() -> None:
     assert 'pip install torch==2.13.0 && pip install -e ".[cpu]" && verl-rfpp demo' in lines
 
 
+@pytest.mark.slow
 def test_readme_one_liner_prints_the_plugin_module(tmp_path: Path) -> None:
     """The README's check by hand must print ``verl_rfpp.plugin``, run from outside the checkout."""
     readme = (ROOT / "README.md").read_text()

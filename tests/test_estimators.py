@@ -32,15 +32,18 @@ TOLERANCE = {torch.float32: 1e-6, torch.float64: 1e-12}
 
 
 def relative_error(actual, expected):
+    """Max error relative to the reference's scale; ``actual`` may live on any device."""
+    expected = expected.cpu()
     scale = max(expected.abs().max().item(), 1e-30)
-    return (actual.to(torch.float64) - expected).abs().max().item() / scale
+    return (actual.cpu().to(torch.float64) - expected).abs().max().item() / scale
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
 @pytest.mark.parametrize("seed", range(8))
-def test_reinforce_plus_plus_matches_reference(seed, gamma, dtype):
+def test_reinforce_plus_plus_matches_reference(seed, gamma, dtype, device):
     rewards, mask, _ = make_batch(seed, dtype=dtype)
+    rewards, mask = rewards.to(device), mask.to(device)
     result = reinforce_plus_plus(rewards, mask, {"gamma": gamma})
     expected_advantages, expected_returns = reference.reinforce_plus_plus(rewards, mask, gamma)
     assert result.advantages.dtype == dtype and result.returns.dtype == dtype
@@ -50,52 +53,55 @@ def test_reinforce_plus_plus_matches_reference(seed, gamma, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("seed", range(8))
-def test_baseline_matches_reference(seed, dtype):
+def test_baseline_matches_reference(seed, dtype, device):
     rewards, mask, uids = make_batch(seed, dtype=dtype)
+    rewards, mask = rewards.to(device), mask.to(device)
     result = reinforce_plus_plus_baseline(rewards, mask, uids)
     expected_advantages, expected_raw = reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))
     assert relative_error(result.returns, expected_raw) <= TOLERANCE[dtype]
     assert relative_error(result.advantages, expected_advantages) <= TOLERANCE[dtype]
 
 
-def test_long_gamma_below_one_spans_several_chunks():
+def test_long_gamma_below_one_spans_several_chunks(device):
     rewards, mask, _ = make_batch(3, prompts=2, max_samples=2, length=300, dtype=torch.float64, padding_rows=1)
+    rewards, mask = rewards.to(device), mask.to(device)
     result = reinforce_plus_plus(rewards, mask, {"gamma": 0.99})
     _, expected_returns = reference.reinforce_plus_plus(rewards, mask, 0.99)
     assert relative_error(result.returns, expected_returns) <= 1e-12
 
 
-def test_gamma_zero_keeps_only_the_token_reward():
+def test_gamma_zero_keeps_only_the_token_reward(device):
     rewards, mask, _ = make_batch(4, dtype=torch.float64)
-    result = reinforce_plus_plus(rewards, mask, {"gamma": 0.0})
-    assert torch.equal(result.returns, torch.where(mask.bool(), rewards, 0.0))
+    result = reinforce_plus_plus(rewards.to(device), mask.to(device), {"gamma": 0.0})
+    assert torch.equal(result.returns.cpu(), torch.where(mask.bool(), rewards, 0.0))
 
 
-def test_discount_is_by_position_across_an_interior_hole():
-    rewards = torch.tensor([[0.0, 5.0, 0.0, 1.0]], dtype=torch.float64)
-    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0]])
+def test_discount_is_by_position_across_an_interior_hole(device):
+    rewards = torch.tensor([[0.0, 5.0, 0.0, 1.0]], dtype=torch.float64, device=device)
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0]], device=device)
     result = reinforce_plus_plus(rewards, mask, {"gamma": 0.5})
     # t=0: 0 + 0.5*5 + 0.25*0 (hole) + 0.125*1 ; t=1: 5 + 0.25*1 ; hole: 0 ; t=3: 1
     assert result.returns.tolist() == [[2.625, 5.25, 0.0, 1.0]]
 
 
-def test_singleton_groups_and_padding_rows_get_zero_advantage():
-    rewards = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.0, 4.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
-    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+def test_singleton_groups_and_padding_rows_get_zero_advantage(device):
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.0, 4.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64,
+                           device=device)
+    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]], device=device)
     uids = np.array(["solo", "pair", "pair", "pad", "pad"], dtype=object)
     result = reinforce_plus_plus_baseline(rewards, mask, uids)
     assert result.returns.tolist() == [[0.0, 0.0], [-1.0, -1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
 
 
-def test_group_mean_is_inclusive_not_leave_one_out():
-    rewards = torch.tensor([[1.0], [0.0], [0.0]], dtype=torch.float64)
-    result = reinforce_plus_plus_baseline(rewards, torch.ones(3, 1), ["a", "a", "a"])
-    assert torch.allclose(result.returns[:, 0], torch.tensor([2 / 3, -1 / 3, -1 / 3], dtype=torch.float64), atol=0, rtol=1e-15)
+def test_group_mean_is_inclusive_not_leave_one_out(device):
+    rewards = torch.tensor([[1.0], [0.0], [0.0]], dtype=torch.float64, device=device)
+    result = reinforce_plus_plus_baseline(rewards, torch.ones(3, 1, device=device), ["a", "a", "a"])
+    assert torch.allclose(result.returns[:, 0].cpu(), torch.tensor([2 / 3, -1 / 3, -1 / 3], dtype=torch.float64), atol=0, rtol=1e-15)
 
 
-def test_baseline_reward_sums_valid_positions_only():
-    rewards = torch.tensor([[7.0, 1.0, 100.0], [0.0, 3.0, -50.0]], dtype=torch.float64)
-    mask = torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+def test_baseline_reward_sums_valid_positions_only(device):
+    rewards = torch.tensor([[7.0, 1.0, 100.0], [0.0, 3.0, -50.0]], dtype=torch.float64, device=device)
+    mask = torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]], device=device)
     result = reinforce_plus_plus_baseline(rewards, mask, ["g", "g"])
     assert result.returns.tolist() == [[0.0, -1.0, 0.0], [1.0, 1.0, 0.0]]
 
@@ -110,55 +116,55 @@ def test_baseline_reward_sums_valid_positions_only():
     ],
     ids=["int-array", "tuples", "mixed-types", "tensor"],
 )
-def test_any_hashable_uids_form_groups(uids):
-    rewards = torch.tensor([[1.0], [3.0], [10.0], [20.0]], dtype=torch.float64)
-    result = reinforce_plus_plus_baseline(rewards, torch.ones(4, 1), uids)
+def test_any_hashable_uids_form_groups(uids, device):
+    rewards = torch.tensor([[1.0], [3.0], [10.0], [20.0]], dtype=torch.float64, device=device)
+    result = reinforce_plus_plus_baseline(rewards, torch.ones(4, 1, device=device), uids)
     assert result.returns[:, 0].tolist() == [-1.0, 1.0, -5.0, 5.0]
 
 
 # --- docs/contract.md section 4 edge cases, each with its exact value -----------------------------
 
-def test_zero_variance_gives_exact_zeros():
-    rewards = torch.full((3, 4), 0.1)
-    mask = torch.ones(3, 4)
+def test_zero_variance_gives_exact_zeros(device):
+    rewards = torch.full((3, 4), 0.1, device=device)
+    mask = torch.ones(3, 4, device=device)
     result = reinforce_plus_plus(rewards, mask, {"gamma": 0.0})
-    assert torch.equal(result.advantages, torch.zeros(3, 4))
+    assert torch.equal(result.advantages.cpu(), torch.zeros(3, 4))
     assert result.stats.variance_floored.item() == 1.0
 
 
-def test_one_valid_token_gives_exact_zeros():
-    rewards = torch.tensor([[0.0, 3.0], [9.0, 9.0]])
-    mask = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+def test_one_valid_token_gives_exact_zeros(device):
+    rewards = torch.tensor([[0.0, 3.0], [9.0, 9.0]], device=device)
+    mask = torch.tensor([[0.0, 1.0], [0.0, 0.0]], device=device)
     result = reinforce_plus_plus(rewards, mask)
-    assert torch.equal(result.advantages, torch.zeros(2, 2))
+    assert torch.equal(result.advantages.cpu(), torch.zeros(2, 2))
     assert result.returns.tolist() == [[0.0, 3.0], [0.0, 0.0]]
     assert result.stats.valid_token_count.item() == 1.0
 
 
-def test_fully_masked_rows_are_zero_and_do_not_move_the_moments():
+def test_fully_masked_rows_are_zero_and_do_not_move_the_moments(device):
     rewards, mask, uids = make_batch(11, dtype=torch.float64, padding_rows=0)
     padded_rewards = torch.cat([rewards, torch.full((3, rewards.shape[1]), 1e30, dtype=torch.float64)])
     padded_mask = torch.cat([mask, torch.zeros(3, mask.shape[1])])
-    plain = reinforce_plus_plus(rewards, mask)
-    padded = reinforce_plus_plus(padded_rewards, padded_mask)
+    plain = reinforce_plus_plus(rewards.to(device), mask.to(device))
+    padded = reinforce_plus_plus(padded_rewards.to(device), padded_mask.to(device))
     assert torch.equal(padded.advantages[: len(rewards)], plain.advantages)
-    assert torch.equal(padded.advantages[len(rewards):], torch.zeros(3, mask.shape[1], dtype=torch.float64))
+    assert torch.equal(padded.advantages[len(rewards):].cpu(), torch.zeros(3, mask.shape[1], dtype=torch.float64))
 
 
-def test_all_zero_baseline_batch_gives_zeros():
-    rewards = torch.zeros(6, 5)
-    mask = torch.ones(6, 5)
+def test_all_zero_baseline_batch_gives_zeros(device):
+    rewards = torch.zeros(6, 5, device=device)
+    mask = torch.ones(6, 5, device=device)
     result = reinforce_plus_plus_baseline(rewards, mask, ["a"] * 3 + ["b"] * 3)
-    assert torch.equal(result.advantages, torch.zeros(6, 5))
-    assert torch.equal(result.returns, torch.zeros(6, 5))
+    assert torch.equal(result.advantages.cpu(), torch.zeros(6, 5))
+    assert torch.equal(result.returns.cpu(), torch.zeros(6, 5))
 
 
-def test_all_zero_reward_with_kl_gives_finite_returns():
-    kl = torch.tensor([[0.2, -0.1, 0.3], [0.1, 0.1, 0.0]], dtype=torch.float64)
-    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+def test_all_zero_reward_with_kl_gives_finite_returns(device):
+    kl = torch.tensor([[0.2, -0.1, 0.3], [0.1, 0.1, 0.0]], dtype=torch.float64, device=device)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], device=device)
     result = reinforce_plus_plus(-0.01 * kl, mask)
     expected_returns = torch.tensor([[-0.004, -0.002, -0.003], [-0.002, -0.001, 0.0]], dtype=torch.float64)
-    assert torch.allclose(result.returns, expected_returns, rtol=0, atol=1e-15)
+    assert torch.allclose(result.returns.cpu(), expected_returns, rtol=0, atol=1e-15)
     assert torch.isfinite(result.advantages).all()
     expected, _ = reference.reinforce_plus_plus(-0.01 * kl, mask)
     assert relative_error(result.advantages, expected) <= 1e-12
@@ -184,7 +190,7 @@ GARBAGE = st.sampled_from([math.nan, math.inf, -math.inf, 1e30, -1e30])
     mask_dtype=st.sampled_from([torch.float32, torch.int64, torch.bool]),
     baseline=st.booleans(),
 )
-def test_garbage_in_masked_positions_changes_nothing(seed, garbage, dtype, mask_dtype, baseline):
+def test_garbage_in_masked_positions_changes_nothing(seed, garbage, dtype, mask_dtype, baseline, device):
     rewards, mask, uids = make_batch(seed, prompts=3, length=12, dtype=dtype)
     mask = mask.to(mask_dtype)
     dirty = rewards.clone()
@@ -193,6 +199,7 @@ def test_garbage_in_masked_positions_changes_nothing(seed, garbage, dtype, mask_
     picks = masked[torch.randperm(len(masked), generator=g)[: 4 * len(garbage)]]
     for k, (i, t) in enumerate(picks.tolist()):
         dirty[i, t] = garbage[k % len(garbage)]
+    rewards, dirty, mask = rewards.to(device), dirty.to(device), mask.to(device)
 
     def run(r):
         if baseline:
@@ -217,7 +224,7 @@ def _laid_out(tensor, layout):
     if layout == "transposed":
         return tensor.t().contiguous().t()
     if layout == "strided":
-        wide = torch.zeros(tensor.shape[0], 2 * tensor.shape[1], dtype=tensor.dtype)
+        wide = torch.zeros(tensor.shape[0], 2 * tensor.shape[1], dtype=tensor.dtype, device=tensor.device)
         wide[:, ::2] = tensor
         return wide[:, ::2]
     return tensor
@@ -233,11 +240,12 @@ def _laid_out(tensor, layout):
     mask_dtype=st.sampled_from([torch.bool, torch.uint8, torch.int32, torch.float64, torch.bfloat16]),
     gamma=st.sampled_from([1.0, 0.7]),
 )
-def test_any_shape_layout_and_mask_dtype_matches_reference(rows, length, density, seed, layout, mask_dtype, gamma):
+def test_any_shape_layout_and_mask_dtype_matches_reference(rows, length, density, seed, layout, mask_dtype, gamma,
+                                                           device):
     g = torch.Generator().manual_seed(seed)
     rewards = torch.randn(rows, length, generator=g, dtype=torch.float64)
     mask = (torch.rand(rows, length, generator=g) < density).to(mask_dtype)
-    rewards, mask = _laid_out(rewards, layout), _laid_out(mask, layout)
+    rewards, mask = _laid_out(rewards.to(device), layout), _laid_out(mask.to(device), layout)
     uids = [i % 3 for i in range(rows)]
     if not mask.bool().any():
         with pytest.raises(EmptyPopulationError):
@@ -275,13 +283,13 @@ def test_row_blocks_on_threads_give_identical_bits(passes_implementation, monkey
 
 # --- precision ----------------------------------------------------------------------------------
 
-def test_float32_moments_are_stable_near_one():
+def test_float32_moments_are_stable_near_one(device):
     g = torch.Generator().manual_seed(0)
     batch, length = 256, 4608  # 1.18M tokens
     values = (1.0 + 1e-3 * torch.randn(batch, length, generator=g)).float()
     mask = torch.ones(batch, length)
-    result = reinforce_plus_plus(values, mask, {"gamma": 0.0})
-    valid = result.advantages.to(torch.float64)
+    result = reinforce_plus_plus(values.to(device), mask.to(device), {"gamma": 0.0})
+    valid = result.advantages.cpu().to(torch.float64)
     assert abs(valid.std(correction=0).item() - 1.0) <= 1e-3
     assert abs(result.stats.normalized_std.item() - 1.0) <= 1e-3
     # The one-pass E[x^2] - E[x]^2 form in float32 misses badly on the same data: this test can fail.
@@ -292,7 +300,7 @@ def test_float32_moments_are_stable_near_one():
 
 def _elementwise_relative_error(actual, expected):
     valid = expected != 0
-    return ((actual.to(torch.float64) - expected).abs()[valid] / expected.abs()[valid]).max().item()
+    return ((actual.cpu().to(torch.float64) - expected).abs()[valid] / expected.abs()[valid]).max().item()
 
 
 @pytest.mark.parametrize("gamma", [1.0, 0.9, 0.5])
@@ -307,17 +315,17 @@ def test_recurrence_reference_equals_the_definition(gamma):
 ONE_ULP = 2.0 ** -23
 
 
-def test_float32_returns_after_a_large_reward_keep_every_digit():
+def test_float32_returns_after_a_large_reward_keep_every_digit(device):
     """The issue-16 reproducer: a float32 prefix difference gave 0.002991, 0.002014, 0.000977."""
     rewards = torch.tensor([[1000.1, 0.001, 0.001, 0.001]])
-    result = reinforce_plus_plus(rewards, torch.ones(1, 4))
+    result = reinforce_plus_plus(rewards.to(device), torch.ones(1, 4, device=device))
     expected = reference.returns(rewards, torch.ones(1, 4), 1.0)
     assert _elementwise_relative_error(result.returns, expected) <= ONE_ULP
     assert result.returns[0, 1:].tolist() == torch.tensor([0.003, 0.002, 0.001]).tolist()
 
 
 @pytest.mark.parametrize("gamma", [1.0, 0.999, 0.9])
-def test_float32_returns_of_long_dense_rows_are_rounded_once(gamma):
+def test_float32_returns_of_long_dense_rows_are_rounded_once(gamma, device):
     """T = 8192 dense positive rewards behind a large one: each stored return is its exact sum
     rounded to float32 (the tail, 1e-3 of the head, is where a float32 scan loses digits)."""
     g = torch.Generator().manual_seed(16)
@@ -326,15 +334,15 @@ def test_float32_returns_of_long_dense_rows_are_rounded_once(gamma):
     mask = torch.ones(3, 8192, dtype=torch.int64)
     mask[2, 5000:] = 0  # a shorter response
     mask[1, 100:200] = 0  # an interior hole
-    result = reinforce_plus_plus(rewards, mask, {"gamma": gamma})
+    result = reinforce_plus_plus(rewards.to(device), mask.to(device), {"gamma": gamma})
     expected = reference.returns_by_recurrence(rewards, mask, gamma)
     assert _elementwise_relative_error(result.returns, expected) <= ONE_ULP
     assert relative_error(result.advantages, reference.normalize(expected, mask)) <= TOLERANCE[torch.float32]
 
 
-def test_bfloat16_is_computed_in_float32():
+def test_bfloat16_is_computed_in_float32(device):
     rewards, mask, uids = make_batch(5, dtype=torch.bfloat16)
-    result = reinforce_plus_plus_baseline(rewards, mask, uids)
+    result = reinforce_plus_plus_baseline(rewards.to(device), mask.to(device), uids)
     expected, _ = reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))
     assert result.advantages.dtype == torch.bfloat16
     assert relative_error(result.advantages, expected) <= 1e-2  # bf16 output rounding only

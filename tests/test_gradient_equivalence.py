@@ -303,6 +303,10 @@ def runs(tmp_path_factory):
         # dp = 2 with use_dynamic_bsz, 2 mini-batches, 2 epochs, shuffled
         "dp2_dynamic": _step_batch(model, 16, rng, long_rows=(0, 1, 2, 8), short_rows=(5, 6, 13),
                                    padding_rows=(15,)),
+        # dp = 2, 2 mini-batches of 4 rows: rows {0, 1, 4, 5} hold N = 1 response (fewer than the
+        # ranks; rank 1's half none at all), rows {2, 3, 6, 7} hold N = 3
+        "dp2_few": _step_batch(model, 8, rng, padding_rows=(4, 5, 7), empty_rows=(1,), long_rows=(0,),
+                               short_rows=(6,)),
     }
     # the "micro" batch with garbage in every masked slot of the inputs ppo_loss reads (-inf and
     # 1e30 in ref_log_prob: float32 squares overflow; NaN in old_log_probs and advantages)
@@ -324,6 +328,7 @@ def runs(tmp_path_factory):
     double = [
         {"name": "dp2", "overrides": _overrides(4, 4, micro=2)},
         {"name": "dp2_dynamic", "overrides": _overrides(4, 2, max_tokens=16, epochs=2, shuffle=True, lr=1e-2)},
+        {"name": "dp2_few", "overrides": _overrides(4, 1, micro=2)},
     ]
     for scenario in single + double:
         scenario["data"] = str(root / f"{scenario.get('data_name', scenario['name'])}.data.npz")
@@ -459,5 +464,16 @@ def test_dp2_dynamic_batch_size_and_epochs(runs):
     for step in scenario.steps:  # verl gives both ranks the same number of micro-batches
         assert len(step["micro"][0]) == len(step["micro"][1]) and sum(map(sum, step["micro"])) == 8
     assert any(len(set(ranks)) > 1 for step in scenario.steps for ranks in step["micro"])  # uneven
+    _assert_contract(scenario)
+    _assert_logged_losses(scenario)
+
+
+def test_dp2_fewer_responses_than_ranks(runs):
+    """N = 1 response in a mini-batch over dp = 2 ranks: each rank divides both terms by N / dp
+    = 1/2 (verl's k2 ``agg_loss`` always did; the policy term divided by max(N / dp, 1) = 1 and
+    its gradient was half the contract's). The next mini-batch, N = 3, is uneven over the ranks."""
+    scenario = runs["dp2_few"]
+    assert [sorted(step["rows"]) for step in scenario.steps] == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert [step["global_batch_size"] for step in scenario.steps] == [1, 3]
     _assert_contract(scenario)
     _assert_logged_losses(scenario)

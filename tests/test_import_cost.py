@@ -8,6 +8,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # fresh processes: what `import verl` loads
+
 LOADED = "import json, sys, verl; print(json.dumps(sorted(sys.modules)))"
 
 

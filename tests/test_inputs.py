@@ -108,6 +108,28 @@ def test_bad_gamma_or_config_is_refused_by_name(config, words):
     _refused(lambda: reinforce_plus_plus(rewards, mask, config), *words)
 
 
+@pytest.mark.parametrize(
+    "gamma,words",
+    [
+        ("???", ["algorithm.gamma", "'???'", "algorithm.gamma=1.0"]),
+        ("${oc.env:VERL_RFPP_TEST_UNSET_GAMMA}", ["algorithm.gamma", "VERL_RFPP_TEST_UNSET_GAMMA", "environment",
+                                                  "algorithm.gamma=1.0"]),
+        ("${never_set}", ["algorithm.gamma", "never_set", "algorithm.gamma=1.0"]),
+    ],
+    ids=["mandatory-missing", "unset-env", "interpolation-to-missing"],
+)
+def test_an_omegaconf_gamma_that_has_no_value_is_refused(gamma, words, monkeypatch):
+    """``gamma: ???`` was read as 1.0 and an unset ``${oc.env:...}`` raised omegaconf's own error
+    (docs/contract.md section 9.5): both are the package's error naming the key and the fix."""
+    from omegaconf import OmegaConf
+
+    monkeypatch.delenv("VERL_RFPP_TEST_UNSET_GAMMA", raising=False)
+    rewards, mask, _ = make_batch(1)
+    config = OmegaConf.create({"gamma": gamma, "never_set": "???"})
+    _refused(lambda: reinforce_plus_plus(rewards, mask, config), *words)
+    _refused(lambda: reinforce_plus_plus(rewards, mask, OmegaConf.create({"algorithm": config}).algorithm), *words)
+
+
 def test_gamma_as_a_numpy_or_tensor_scalar_is_a_number():
     rewards, mask, _ = make_batch(2, dtype=torch.float64)
     expected = reinforce_plus_plus(rewards, mask, {"gamma": 0.9}).returns
@@ -261,8 +283,10 @@ def test_response_mean_still_divides_by_the_responses():
         ({"global_batch_size": "8"}, ["global_batch_size", "str"]),
         ({"global_batch_size": 8, "dp_size": 0}, ["dp_size"]),
         ({"global_batch_size": 8, "dp_size": 1.5}, ["dp_size"]),
+        ({"dp_size": 0}, ["dp_size", "integer >= 1"]),
+        ({"global_batch_size": math.nan}, ["global_batch_size"]),
     ],
-    ids=["zero", "string", "dp-zero", "dp-fraction"],
+    ids=["zero", "string", "dp-zero", "dp-fraction", "dp-zero-without-batch-size", "nan"],
 )
 def test_response_mean_refuses_bad_batch_info(kwargs, words):
     _refused(lambda: losses.response_mean(torch.ones(2, 2), torch.ones(2, 2), **kwargs), *words)
@@ -289,16 +313,9 @@ def test_rfpp_policy_loss_through_verl_ppo_loss_on_an_all_masked_micro_batch_is_
     data, model_output = test_losses._verl_inputs(b, log_prob)
     import verl.utils.tensordict_utils as tu
 
-    from verl.utils.config import omega_conf_to_dataclass
-
-    from verl_rfpp import validation
-    from verl_rfpp.cli import compose_verl_config
-
     tu.assign_non_tensor(data, global_batch_size=None, batch_num_tokens=None)
     # the recipe's k2 term too: verl's agg_loss would divide 0 by 0 without a global_batch_size
-    config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]) + [
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.use_dynamic_bsz=False"])
-    actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    actor = test_losses._actor_config()
     assert actor.policy_loss.loss_mode == "rfpp" and actor.use_kl_loss
     loss, metrics = ppo_loss(actor, model_output, data)
     loss.backward()

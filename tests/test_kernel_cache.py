@@ -1,10 +1,12 @@
 """The CPU kernels survive numba's disk cache: no writable location, truncated or garbage cache
-files. Each case runs in a fresh process with its own ``NUMBA_CACHE_DIR``."""
+files. Each case runs in a fresh process with its own ``NUMBA_CACHE_DIR``; the cases that need a
+written cache start from a copy of one compiled by the module's first cold run."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every case runs fresh processes
 # Both estimators, bool and int64 masks, gamma 1 and 0.5; the values are exact by hand:
 # G = [3, 2] -> A = [1, -1]; gamma 0.5: G = [1 + 0.5 * 4, 4] = [3, 4] -> A = [-1, 1];
 # baseline: R = [1, 3] in one group -> C = [-1, 1] -> A = C (mean 0, variance 1).
@@ -65,6 +68,19 @@ def _run(cache_dir, **env):
     return [message for level, message in report["records"] if level == "WARNING"]
 
 
+@pytest.fixture(scope="module")
+def compiled_cache(tmp_path_factory) -> Path:
+    """A cache written by a cold run (it compiles, no warning) and read by a warm one (no warning)."""
+    cache_dir = tmp_path_factory.mktemp("compiled") / "numba-cache"
+    assert _run(cache_dir) == []  # cold: compiles and writes the cache
+    assert _run(cache_dir) == []  # warm
+    return cache_dir
+
+
+def _copy_of(cache_dir: Path, destination: Path) -> Path:
+    return Path(shutil.copytree(cache_dir, destination))
+
+
 def _cache_files(cache_dir: Path, suffix: str):
     files = sorted(cache_dir.rglob(f"*{suffix}"))
     assert files, f"no {suffix} files under {cache_dir}"
@@ -85,7 +101,7 @@ def test_no_writable_cache_location_compiles_in_memory_with_one_warning(tmp_path
     assert "no locator available" in warnings[0] and "NUMBA_CACHE_DIR" in warnings[0]
 
 
-def test_an_unwritable_numba_cache_dir_is_reported_with_where_numba_really_caches(tmp_path):
+def test_an_unwritable_numba_cache_dir_is_reported_with_where_numba_really_caches(tmp_path, compiled_cache):
     """numba skips a NUMBA_CACHE_DIR it cannot create and writes to the next location (here the
     user-wide cache under XDG_CACHE_HOME) without a word: one WARNING naming both, then nothing."""
     (tmp_path / "a-file").write_text("")
@@ -96,14 +112,12 @@ def test_an_unwritable_numba_cache_dir_is_reported_with_where_numba_really_cache
     assert "NUMBA_CACHE_DIR is not a writable directory" in warnings[0]
     assert f"numba caches them in {tmp_path / 'xdg'}" in warnings[0]
     assert any((tmp_path / "xdg").rglob("*.nbi"))
-    assert _run(tmp_path / "usable", **env) == []
+    assert _run(_copy_of(compiled_cache, tmp_path / "usable"), **env) == []
 
 
 @pytest.mark.parametrize("damage", ["truncated-index", "garbage-index", "garbage-data"])
-def test_unreadable_cache_files_compile_in_memory_with_one_warning_then_repair(tmp_path, damage):
-    cache_dir = tmp_path / "numba-cache"
-    assert _run(cache_dir) == []  # cold: compiles and writes the cache
-    assert _run(cache_dir) == []  # warm
+def test_unreadable_cache_files_compile_in_memory_with_one_warning_then_repair(tmp_path, compiled_cache, damage):
+    cache_dir = _copy_of(compiled_cache, tmp_path / "numba-cache")
     for path in _cache_files(cache_dir, ".nbc" if damage == "garbage-data" else ".nbi"):
         if damage == "truncated-index":
             path.write_bytes(path.read_bytes()[:7])

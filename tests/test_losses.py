@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import math
 
 import pytest
@@ -10,7 +13,7 @@ from tensordict import TensorDict
 
 import reference
 from verl_rfpp import losses, validation
-from verl_rfpp.cli import compose_verl_config
+from verl_rfpp.plugin.compose import compose_verl_config
 
 EPS = 0.2
 KL_COEF = 0.01
@@ -35,6 +38,12 @@ def _batch(seed=0, rows=6, length=10, prompt=3):
 def _reference_loss(b, log_prob):
     """float64, token by token (docs/contract.md sections 5 and 3):
     response_mean(clip) + 0.01 * response_mean(k2)."""
+    policy, k2 = _reference_terms(b, log_prob)
+    return policy + KL_COEF * k2
+
+
+def _reference_terms(b, log_prob):
+    """The two terms of ``_reference_loss``: ``(response_mean(clip), response_mean(k2))``."""
     rows, length = b["mask"].shape
     policy, k2 = [], []
     for i in range(rows):
@@ -46,10 +55,17 @@ def _reference_loss(b, log_prob):
             policy[i].append(torch.maximum(-rho * a, -clipped * a))
             k2[i].append(reference.k2(log_prob[i, t], b["ref"][i, t]))
     mask = b["mask"].tolist()
-    return reference.response_mean(policy, mask) + KL_COEF * reference.response_mean(k2, mask)
+    return reference.response_mean(policy, mask), reference.response_mean(k2, mask)
 
 
 def _actor_config():
+    """A fresh copy of verl's ``ActorConfig`` of the recipe (``ppo_loss`` writes into its
+    ``global_batch_info``); composed once, Hydra composition costs about a second."""
+    return copy.deepcopy(_composed_actor_config())
+
+
+@functools.cache
+def _composed_actor_config():
     from verl.utils.config import omega_conf_to_dataclass
 
     config = compose_verl_config(
@@ -81,7 +97,7 @@ def _verl_inputs(b, log_prob):
         },
         batch_size=[rows],
     )
-    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(b["mask"].sum()), global_batch_size=rows)
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(b["mask"].bool().sum()), global_batch_size=rows)
     pieces = []  # log-probs are shifted left by one: position p predicts token p + 1
     for i in range(rows):
         n = int(b["lengths"][i])
@@ -168,3 +184,117 @@ def test_k2_expected_gradient_is_the_reverse_kl_gradient(distance):
     (k2_grad,) = torch.autograd.grad(expected_k2, logits)
     assert (k2_grad - reverse_grad).abs().max().item() <= 1e-12
     assert reverse_grad.abs().max().item() > 1e-3
+
+
+# --- fewer responses than data-parallel ranks (docs/contract.md section 5.2) --------------------
+
+
+def _mini_batch(responses, rows, seed):
+    """``rows`` rows of which ``responses`` (at seeded positions) have valid tokens; the others are
+    verl v1's padding rows (one attended EOS response token, mask 0). Ratios stay inside the clip
+    range, so every valid token has a policy gradient."""
+    b = _batch(seed=seed, rows=rows)
+    b["log_prob"] = b["old"] + 0.1 * (b["log_prob"] - b["old"])
+    order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed))
+    for i in order[responses:].tolist():
+        b["mask"][i] = 0.0
+        b["attended"][i] = False
+        b["attended"][i, 0] = True
+        b["lengths"][i] = 1
+        b["adv"][i] = 0.0
+    return b
+
+
+def _rows_of(b, rows):
+    return {key: (value[rows] if torch.is_tensor(value) else value) for key, value in b.items()}
+
+
+def _per_rank_ppo_loss(b, dp, shards, actor):
+    """Each rank's ``ppo_loss`` on its shard, with the global batch info our engine hands it
+    (``global_batch_size`` = the mini-batch's responses over all ranks, floored at 1), then the
+    average over ranks that DDP/FSDP applies to the gradients. Returns ``(loss, grad, pg, kl)``."""
+    import verl.utils.tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+
+    responses = max(int((b["mask"].sum(dim=1) > 0).sum()), 1)
+    log_prob = b["log_prob"].clone().requires_grad_(True)
+    total, pg, kl = 0.0, 0.0, 0.0
+    for shard in shards:
+        if len(shard) == 0:
+            continue  # a rank without rows adds nothing to the averaged gradient
+        part = _rows_of(b, shard)
+        data, model_output = _verl_inputs(part, log_prob[shard])
+        tu.assign_non_tensor(data, global_batch_size=responses, dp_size=dp)
+        loss, metrics = ppo_loss(actor, model_output, data)
+        total = total + loss / dp
+        pg += metrics["actor/pg_loss"].aggregate() / dp
+        kl += metrics["kl_loss"].aggregate() / dp if "kl_loss" in metrics else 0.0
+    total.backward()
+    return total, log_prob.grad, pg, kl
+
+
+@pytest.mark.parametrize("padding", [False, True], ids=["no-padding-rows", "padding-rows"])
+@pytest.mark.parametrize("dp,responses", [(dp, n) for dp in (1, 2, 4, 8) for n in range(1, 2 * dp + 1)])
+def test_fewer_responses_than_ranks_both_terms_use_the_contract_divisor(dp, responses, padding):
+    """N responses over dp ranks, through verl's real ``ppo_loss`` per rank: the averaged loss,
+    both logged terms and the gradient of the policy term and of the whole loss are the float64
+    reference's response means over the whole mini-batch. With N < dp each rank divides both
+    terms by N / dp < 1 (verl's k2 ``agg_loss`` does; the policy term once divided by 1)."""
+    rows = dp * (responses // dp + 1) if padding else responses
+    b = _mini_batch(responses, rows, seed=100 * dp + 10 * responses + padding)
+    shards = [part.tolist() for part in torch.arange(rows).tensor_split(dp)]
+    actor = _actor_config()
+    loss, grad, pg, kl = _per_rank_ppo_loss(b, dp, shards, actor)
+    policy_only = dataclasses.replace(actor, use_kl_loss=False)
+    _, policy_grad, _, _ = _per_rank_ppo_loss(b, dp, shards, policy_only)
+
+    log_prob = b["log_prob"].clone().requires_grad_(True)
+    policy, k2 = _reference_terms(b, log_prob)
+    expected = policy + KL_COEF * k2
+    (expected_policy_grad,) = torch.autograd.grad(policy, log_prob, retain_graph=True)
+    (expected_grad,) = torch.autograd.grad(expected, log_prob)
+    for value, reference_value in ((loss.item(), expected.item()), (pg, policy.item()), (kl, k2.item())):
+        assert abs(value - reference_value) <= 1e-12 * max(1.0, abs(reference_value)), (value, reference_value)
+    assert (policy_grad - expected_policy_grad).abs().max().item() <= 1e-12
+    assert (grad - expected_grad).abs().max().item() <= 1e-12
+    assert expected_policy_grad.abs().max().item() > 1e-3
+
+
+def test_response_mean_floors_the_global_count_not_the_share_of_a_rank():
+    """2 responses over 4 ranks: each rank divides by 2 / 4, as verl's agg_loss does for k2; an
+    empty mini-batch (floored at 1) by 1 / 4 of nothing, a zero loss."""
+    loss = torch.tensor([[1.0, 3.0, 100.0], [5.0, 0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    assert losses.response_mean(loss, mask, global_batch_size=2, dp_size=4).item() == 2.0 / 0.5
+    assert losses.response_mean(loss, torch.zeros_like(mask), global_batch_size=1, dp_size=4).item() == 0.0
+
+
+@pytest.mark.parametrize("dp_size", [0, -1, 1.5, math.nan, math.inf, "2", None, True])
+def test_response_mean_refuses_a_dp_size_that_is_not_a_rank_count(dp_size):
+    from verl_rfpp.errors import RfppInputError
+
+    loss, mask = torch.ones(2, 3), torch.ones(2, 3)
+    with pytest.raises(RfppInputError, match="dp_size"):
+        losses.response_mean(loss, mask, global_batch_size=2, dp_size=dp_size)
+    with pytest.raises(RfppInputError, match="dp_size"):
+        losses.response_mean(loss, mask, dp_size=dp_size)
+
+
+def test_response_mean_over_ranks_needs_the_global_count():
+    from verl_rfpp.errors import RfppInputError
+
+    with pytest.raises(RfppInputError, match="without global_batch_size"):
+        losses.response_mean(torch.ones(2, 3), torch.ones(2, 3), dp_size=2)
+
+
+@pytest.mark.parametrize("dp_size", [0, -2])
+def test_policy_loss_refuses_dp_size_zero_from_the_batch_info(dp_size):
+    """``global_batch_info['dp_size'] = 0`` is refused, not read as one rank."""
+    from verl_rfpp.errors import RfppInputError
+    from verl_rfpp.plugin import rfpp_policy_loss
+
+    actor = _actor_config()
+    actor.global_batch_info.update(dp_size=dp_size, global_batch_size=4)
+    b = _batch()
+    with pytest.raises(RfppInputError, match="dp_size"):
+        rfpp_policy_loss(b["old"], b["log_prob"], b["adv"], b["mask"], "seq-mean-token-mean", actor, None)

@@ -147,3 +147,23 @@ def test_the_plugin_wraps_ppo_loss_where_verl_binds_it():
     assert getattr(verl_losses.ppo_loss, plugin.MARKER, False)
     assert engine_workers.ppo_loss is verl_losses.ppo_loss
     assert plugin.hooks_status()["ppo_loss reads no masked slot (rfpp actor)"]
+
+
+@pytest.mark.parametrize("layout", ["padded", "nested"])
+def test_nan_in_a_float_response_mask_is_refused_in_the_loss_path(layout):
+    """verl's ``ppo_loss`` reads the mask as ``.to(bool)``, so a NaN counted as a valid token; for
+    an ``rfpp`` actor it is the estimators' refusal (``inputs.check_response_mask``), naming the
+    first NaN, and so is the engine's response count (docs/contract.md sections 1.6, 9.5)."""
+    from verl_rfpp.errors import RfppInputError
+    from verl_rfpp.losses import responses_with_valid_tokens
+
+    b = _batch(seed=3)
+    b["mask"][2, 1] = math.nan
+    with pytest.raises(RfppInputError, match=r"response_mask holds NaN \(first at row 2, position 1\)"):
+        _verl_loss(b)
+    mask = b["mask"]
+    if layout == "nested":
+        rows = [mask[i, : int(b["lengths"][i])] for i in range(len(mask))]
+        mask = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    with pytest.raises(RfppInputError, match=r"response_mask holds NaN \(first at row 2, position 1\)"):
+        responses_with_valid_tokens(mask)

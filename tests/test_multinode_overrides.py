@@ -10,6 +10,7 @@ import pytest
 
 from verl_rfpp import cli
 from verl_rfpp.cpu import launch
+from verl_rfpp.plugin.compose import compose_verl_config
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / launch.MULTINODE_EXAMPLE
 PATHS = {"train": "/data/train.parquet", "test": "/data/test.parquet", "model": "/models/tiny"}
@@ -45,7 +46,7 @@ def test_the_cpu_run_passes_every_example_override_but_the_replaced_ones(tmp_pat
         assert (override in run) != (key in launch.REPLACED_FOR_CPU), override
     keys = [o.split("=", 1)[0].lstrip("+") for o in run]
     assert len(keys) == len(set(keys))  # one value per key: nothing for Hydra to resolve by order
-    config = cli.compose_verl_config(run)
+    config = compose_verl_config(run)
     assert (config.trainer.nnodes, config.trainer.n_gpus_per_node) == (2, 1)
     assert config.ray_kwargs.ray_init.address == "127.0.0.1:6379" and "num_gpus" not in config.ray_kwargs.ray_init
     actor = config.actor_rollout_ref.actor

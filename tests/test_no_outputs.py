@@ -12,6 +12,8 @@ import pytest
 
 from verl_rfpp import validation
 
+pytestmark = pytest.mark.slow  # git, verl-rfpp check and main_ppo in processes of their own
+
 REPO = Path(__file__).resolve().parents[1]
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])
 

@@ -26,7 +26,7 @@ import torch
 
 import verl  # noqa: F401  (loads the plugin through its entry point)
 from verl_rfpp import plugin
-from verl_rfpp.cli import compose_verl_config
+from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin.table import TABLE
 
 SNAPSHOT = r"""
@@ -313,6 +313,21 @@ def _v1_init():
     return _outcome(trainer.init), calls
 
 
+def _v1_advantages():
+    """GRPO's advantages through verl's v1 session-aware step (one output per session)."""
+    from verl import DataProto
+    from verl.trainer.ppo.v1 import trainer_base
+
+    from batches import make_batch
+
+    rewards, mask, uids = make_batch(13, dtype=torch.float32)
+    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
+                               non_tensors={"uid": uids})
+    keys = [f"{uid}_{row}_0" for row, uid in enumerate(uids)]
+    out = trainer_base.compute_advantage_for_multi_trajectories(data, keys, "grpo", config=_grpo_config().algorithm)
+    return out.batch["advantages"], out.batch["returns"]
+
+
 # patch name -> a GRPO run's call of the verl function it patches (registry entries: every lookup)
 GRPO_CALLS = {
     "validate_config wrapper": _validate_config,
@@ -325,6 +340,7 @@ GRPO_CALLS = {
     "Ray job loads the driver's plugin everywhere (runtime_env)": _runtime_env,
     "worker plugin check (trainer init_workers)": _legacy_init_workers,
     "worker plugin check (v1 trainer init)": _v1_init,
+    "baseline counts each agent session once (v1 trainer)": _v1_advantages,
 }
 
 

@@ -163,11 +163,11 @@ def test_a_config_key_the_rules_read_missing_from_verls_config_is_refused_by_nam
     import verl.utils.config
     from omegaconf import open_dict
 
-    from verl_rfpp import cli, plugin
-    from verl_rfpp import validation
+    from verl_rfpp import plugin, validation
+    from verl_rfpp.plugin.compose import compose_verl_config
     from verl_rfpp.validation import ConfigViolationError
 
-    config = cli.compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
+    config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
     with open_dict(config):
         del config.actor_rollout_ref.actor["use_kl_loss"]
         del config.actor_rollout_ref.actor["kl_loss_type"]

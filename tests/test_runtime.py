@@ -12,6 +12,7 @@ import reference
 from batches import make_batch
 from verl_rfpp import cli, plugin, validation
 from verl_rfpp.metrics import STEP_METRICS
+from verl_rfpp.plugin.compose import compose_verl_config
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def fresh_process_state():
 
 
 def _algorithm_node(overrides):
-    return cli.compose_verl_config(overrides).algorithm
+    return compose_verl_config(overrides).algorithm
 
 
 def test_first_estimator_call_enforces_the_run_config(fresh_process_state):
@@ -63,7 +64,7 @@ def test_activation_guard_names_an_overriding_plugin(fresh_process_state):
         plugin.compute_reinforce_plus_plus_advantage(token_level_rewards=rewards, response_mask=mask, config=None)
     import verl.utils.config
 
-    config = cli.compose_verl_config(list(validation.RECIPES["reinforce_plus_plus"]))
+    config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus"]))
     with pytest.raises(plugin.ActivationError, match="verl-rfpp doctor"):
         verl.utils.config.validate_config(config, use_reference_policy=True, use_critic=False)
 

@@ -13,7 +13,7 @@ import pytest
 
 import verl_rfpp
 from verl_rfpp import validation
-from verl_rfpp.cli import compose_verl_config
+from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin import runtime_env
 
 
@@ -78,7 +78,7 @@ RUN_PPO = r'''
 import json, os, sys
 import verl
 from verl.trainer import main_ppo
-from verl_rfpp.cli import compose_verl_config
+from verl_rfpp.plugin.compose import compose_verl_config
 
 out, overrides = sys.argv[1], json.loads(sys.argv[2])
 namespace = {}

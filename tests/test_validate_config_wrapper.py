@@ -11,6 +11,7 @@ import pytest
 import verl.utils.config as verl_config
 from verl_rfpp import cli, validation
 from verl_rfpp import plugin
+from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin.table import VALIDATE_CONFIG
 
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])
@@ -46,8 +47,8 @@ def _innermost_file(error):
         {"algorithm": {"adv_estimator": "reinforce_plus_plus"}},
         None,
         "algorithm.adv_estimator=reinforce_plus_plus",
-        lambda: cli.compose_verl_config([f"algorithm.adv_estimator={UNSET}", *SIZES]),
-        lambda: cli.compose_verl_config([f"algorithm.adv_estimator={UNSET}"]),
+        lambda: compose_verl_config([f"algorithm.adv_estimator={UNSET}", *SIZES]),
+        lambda: compose_verl_config([f"algorithm.adv_estimator={UNSET}"]),
     ],
     ids=["plain-dict", "none", "string", "unresolvable-estimator", "unresolvable-estimator-verl-default-sizes"],
 )
@@ -61,14 +62,14 @@ def test_a_config_the_wrapper_cannot_read_reaches_verls_validation_untouched(wra
 
 @pytest.mark.parametrize("estimator", ["grpo", "gae", "rloo"])
 def test_other_estimators_reach_verl_with_verls_own_verdict(wrapped, estimator):
-    config = cli.compose_verl_config([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=1",
+    config = compose_verl_config([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=1",
                                       f"actor_rollout_ref.rollout.n={UNSET}", *SIZES])
     ours, verls = _raised(wrapped, config), _raised(VALIDATE_CONFIG.original(), config)
     assert type(ours) is type(verls) and str(ours) == str(verls)
 
 
 def test_ours_with_an_unresolvable_rule_key_is_a_refusal_naming_it(wrapped):
-    config = cli.compose_verl_config([*RFPP, f"algorithm.gamma={UNSET}", *SIZES])
+    config = compose_verl_config([*RFPP, f"algorithm.gamma={UNSET}", *SIZES])
     with pytest.raises(validation.UnreadableConfigError, match="cannot read algorithm.gamma") as raised:
         wrapped(config, use_reference_policy=True, use_critic=False)
     assert "VERL_RFPP_TEST_UNSET_VARIABLE" in str(raised.value) and "Fix: give algorithm.gamma" in str(raised.value)
@@ -78,13 +79,13 @@ def test_ours_with_an_unresolvable_rule_key_is_a_refusal_naming_it(wrapped):
 def test_a_misspelt_estimator_gets_checks_did_you_mean(wrapped, name, capsys):
     overrides = [*BASE, f"algorithm.adv_estimator={name}"]
     with pytest.raises(validation.MisspeltEstimatorError) as raised:
-        wrapped(cli.compose_verl_config([*overrides, *SIZES]), use_reference_policy=True, use_critic=False)
+        wrapped(compose_verl_config([*overrides, *SIZES]), use_reference_policy=True, use_critic=False)
     assert cli.main(["check", *overrides]) == 1
     assert str(raised.value) == capsys.readouterr().out.strip()
     assert "did you mean" in str(raised.value)
 
 
 def test_a_violation_is_refused_before_verls_validation(wrapped):
-    config = cli.compose_verl_config([*RFPP, "algorithm.rollout_correction.rollout_rs=token_k1", *SIZES])
+    config = compose_verl_config([*RFPP, "algorithm.rollout_correction.rollout_rs=token_k1", *SIZES])
     with pytest.raises(validation.ConfigViolationError, match="algorithm.rollout_correction.rollout_rs"):
         wrapped(config, use_reference_policy=True, use_critic=False)

@@ -30,6 +30,7 @@ import torch
 import verl  # noqa: F401  (loads the plugin through its entry point)
 from verl_rfpp import cli, plugin, validation
 from verl_rfpp.patching import ABSENT, _resolve
+from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin.table import TABLE
 
 pytestmark = pytest.mark.slow  # three fresh processes, each importing verl's trainers
@@ -98,7 +99,7 @@ def _estimator_call() -> str:
 
 @pytest.fixture(scope="module")
 def recipe_config():
-    return cli.compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
+    return compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
 
 
 @pytest.mark.parametrize("module,path,action", CASES, ids=[f"{m}.{p}:{a}" for m, p, a in CASES])
@@ -134,6 +135,7 @@ import json, sys
 import numpy as np, torch
 import verl  # loads the plugin through its entry point
 from verl_rfpp import cli, plugin, validation
+from verl_rfpp.plugin.compose import compose_verl_config
 for module in sys.argv[1:]:
     __import__(module)
 result = {"loaded": "verl_rfpp.plugin" in sys.modules, "status": plugin.hooks_status(),
@@ -146,7 +148,7 @@ try:
 except plugin.ActivationError as error:
     result["call"] = "ActivationError: " + str(error)
 import verl.utils.config as verl_config
-config = cli.compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
+config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
 try:
     verl_config.validate_config(config, use_reference_policy=True, use_critic=False)
     result["validate"] = "passed"

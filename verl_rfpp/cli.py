@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from typing import Optional, Sequence
+import tempfile
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
 
-from verl_rfpp import validation
-
-PLUGIN_MODULE = "verl_rfpp.plugin"
+from verl_rfpp import arguments, validation
 
 
 def _doctor(args: argparse.Namespace) -> int:
     """Report whether verl runs our estimators; exit 0 only if every piece is ours. ``--ray``: the
-    same report on every alive node of a Ray cluster, one line per node."""
-    if args.ray:
+    same report on every alive node of a Ray cluster, one line per node (exit 2: no cluster at that
+    address, in one line naming it)."""
+    if args.ray is not None:
         from verl_rfpp import cluster_doctor
 
-        found = cluster_doctor.check(args.ray)
+        try:
+            found = cluster_doctor.check(args.ray)
+        except cluster_doctor.AddressError as error:
+            print(error)
+            return 2
         print(found.render())
         return 0 if found.healthy else 1
     from verl_rfpp import doctor
@@ -33,23 +39,38 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if report.healthy else 1
 
 
-def compose_verl_config(overrides: Sequence[str]):
-    """verl's packaged ``ppo_trainer`` config with Hydra overrides, composed as ``main_ppo`` does."""
-    from hydra import compose, initialize_config_dir
+CHECK_EXIT_CODES = """SCRIPT: a launch script (bash) that runs python -m verl.trainer.main_ppo; it runs with stand-ins
+for python, python3, uv, torchrun and ray that record main_ppo's arguments and stop the script
+there (nothing is trained, nothing of the script runs past that call). ARGUMENTS after SCRIPT are
+the script's own arguments. Without SCRIPT, ARGUMENTS are main_ppo's Hydra overrides.
 
-    import verl.trainer
-
-    config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=list(overrides))
-
-
-CHECK_EXIT_CODES = """exit status:
+exit status:
   0  the config runs the estimator as docs/contract.md defines it (or selects none of ours)
-  1  violations, a misspelt estimator name, or verl would not run our estimator (activation)
+  1  refused: rule violations (each with its contract id, 6.2.x), a misspelt estimator name, or
+     verl would not run our estimator (activation); the last line, Fix: ..., is the command
+     (for SCRIPT) or the overrides to append after the script's own arguments
+  2  usage: a bad option; SCRIPT launches no main_ppo run, or several
   3  Hydra cannot compose the overrides with verl's ppo_trainer config (unknown key, bad syntax,
      a config group set to null), or a key the rules read does not resolve (an unset
-     ${oc.env:...}, a missing key in an interpolation, ???)"""
+     ${oc.env:...}, a missing key in an interpolation, ???)
+
+verl's own import-time messages go to VERL_LOG (below), not to the terminal."""
+CHECK_LOG = os.path.join(tempfile.gettempdir(), "verl-rfpp-check.log")
+
+
+@contextlib.contextmanager
+def _stderr_to(path: str) -> Iterator[None]:
+    """Send this process's file descriptor 2 (verl's import-time warnings and log lines) to ``path``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "w") as log:
+            os.dup2(log.fileno(), 2)
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _composition_error(error: Exception, overrides: Sequence[str]) -> str:
@@ -86,62 +107,68 @@ def _unreadable_message(error: validation.UnreadableConfigError, overrides: Sequ
 
 
 def _check(args: argparse.Namespace) -> int:
-    """Compose verl's config with the overrides and print the contract's verdict."""
-    import verl.trainer  # noqa: F401  (an import failure is no composition error: let it raise)
+    """Read the run (a script's main_ppo call, or overrides), compose verl's config as main_ppo
+    would, and print ``verdict.judge``'s verdict; its exit status."""
+    from verl_rfpp import scripts
 
-    try:
-        config = compose_verl_config(args.overrides)
-    except ImportError:
-        raise
-    except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
-        print(_composition_error(error, args.overrides))
+    words, command = list(args.arguments), ()
+    config_path, config_name, forwards = args.config_path, args.config_name, True
+    if words and scripts.is_script(words[0]):
+        if config_path or config_name:
+            print("verl-rfpp check: --config-path/--config-name belong on the script's main_ppo line")
+            return 2
+        script, extra = words[0], words[1:]
+        try:
+            launch = scripts.record_launch(Path(script), extra)
+            run = scripts.parse_main_ppo(launch.arguments)
+        except scripts.ScriptError as error:
+            print(f"verl-rfpp check: {error}")
+            return 2
+        words = list(run.overrides) + ([] if launch.forwards else extra)
+        config_path, config_name, forwards = run.config_path, run.config_name, launch.forwards
+        command = ("bash", script, *extra)
+    with _stderr_to(CHECK_LOG):
+        from verl_rfpp import loading
+
+        loaded = loading.verl_loads_plugin()
+        from verl_rfpp.plugin import compose, verdict
+
+        try:
+            config = compose.compose_verl_config(words, config_path, config_name)
+        except ImportError:
+            raise
+        except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
+            composition = _composition_error(error, words)
+        else:
+            composition = None
+            found = verdict.judge(config, plugin_loaded=loaded)
+    if composition is not None:
+        print(composition)
         return 3
-    try:
-        return _verdict(config)
-    except validation.UnreadableConfigError as error:
-        print(_unreadable_message(error, args.overrides))
-        return 3
+    unreadable = found.unread or (found.refusal if isinstance(found.refusal, validation.UnreadableConfigError) else None)
+    if unreadable is not None:
+        print(_unreadable_message(unreadable, words))
+    elif found.refusal is not None:
+        _print_refusal(found.refusal, command, forwards)
+    else:
+        for note in found.warnings:
+            print(f"warning: {note}")
+        print(found.summary())
+    return found.status
 
 
-def _verdict(config) -> int:
-    """Print the contract's verdict on a composed config; its exit status (``_check``)."""
-    name = validation.estimator_name(config)
-    estimator = validation.estimator_of(config)
-    if estimator is None:
-        misspelt = validation.misspelt_estimator(name)
-        if misspelt is not None and not _registered_in_verl(name):
-            print(misspelt)
-            return 1
-        print(f"algorithm.adv_estimator={name}: not a verl-rfpp estimator; verl-rfpp does not touch this run.")
-        return 0
-    found = validation.violations(config)
-    if found:
-        print(validation.ConfigViolationError(estimator, found))
-        return 1
-    problem = _activation_problem(estimator, config)
-    if problem is not None:
-        print(problem)
-        return 1
-    for note in validation.warnings_for(config):
-        print(f"warning: {note}")
-    print(f"OK: this config runs {estimator} as docs/contract.md defines it.")
-    return 0
-
-
-def _registered_in_verl(name) -> bool:
-    from verl.trainer.ppo import core_algos
-
-    return isinstance(name, str) and name in core_algos.ADV_ESTIMATOR_REGISTRY
-
-
-def _activation_problem(estimator: str, config=None) -> Optional[str]:
-    """Whether ``main_ppo`` in this environment would run our ``estimator`` (doctor's wording)."""
-    import verl  # noqa: F401  (loads the verl.plugins entry points, as main_ppo's import does)
-
-    loaded = PLUGIN_MODULE in sys.modules
-    from verl_rfpp import plugin
-
-    return plugin.activation_problem(estimator, config) if loaded else plugin.not_loaded_problem(estimator)
+def _print_refusal(refusal: Exception, command: Sequence[str], forwards: bool) -> None:
+    """The refusal; its closing ``Fix:`` line, for a script, is the script's command with the fixes."""
+    lines = str(refusal).splitlines()
+    fixes = getattr(refusal, "fixes", None)
+    if fixes is None or not command:
+        print("\n".join(lines))
+        return
+    print("\n".join(lines[:-1]))
+    if not forwards:
+        print(f'note: {command[1]} does not pass its own arguments on to main_ppo (no "$@" on its main_ppo '
+              "line): put these overrides at the end of that line, or end it with \"$@\" and run the Fix command")
+    print(validation.fix_line(list(fixes), tuple(command)))
 
 
 def _bandit(args: argparse.Namespace) -> int:
@@ -205,12 +232,6 @@ def _missing_modules(names: Sequence[str]) -> list[str]:
 
 def _demo(args: argparse.Namespace) -> int:
     """Train the tiny local model for a few steps inside verl's real trainer, on the CPU."""
-    if args.nodes < 1:
-        print(f"verl-rfpp demo: --nodes {args.nodes}: a cluster has at least 1 node; use 1 (one Ray node) or 2")
-        return 2
-    if args.steps < 1:
-        print(f"verl-rfpp demo: --steps {args.steps}: train at least 1 step (the default is 3)")
-        return 2
     problem = _no_loader_problem()
     if problem is not None:
         print(f"verl-rfpp demo: {problem}.")
@@ -296,27 +317,32 @@ def _curves(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="verl-rfpp", description=__doc__.replace("``", ""))
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = arguments.Parser(prog="verl-rfpp", description=__doc__.replace("``", ""))
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=arguments.Parser)
     demo = commands.add_parser("demo", help="train a tiny local model with verl's real trainer on the CPU")
     demo.add_argument("--estimator", choices=validation.ESTIMATOR_NAMES, default="reinforce_plus_plus_baseline")
     demo.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of v1")
-    demo.add_argument("--steps", type=int, default=3, help="training steps (40 show learning; default 3)")
+    demo.add_argument("--steps", type=int, default=3, action=arguments.Positive,
+                      fix="train at least 1 step (the default is 3)",
+                      help="training steps (40 show learning; default 3)")
     demo.add_argument("--ranks", type=int, default=1, choices=(1, 2),
                       help="FSDP ranks: training processes sharing each batch (gloo)")
-    demo.add_argument("--nodes", type=int, default=1,
+    demo.add_argument("--nodes", type=int, default=1, action=arguments.Positive,
+                      fix="a cluster has at least 1 node; use 1 (one Ray node) or 2",
                       help="N >= 2: a Ray cluster of N nodes on this machine (loopback), one rank per node, running "
                            "the overrides of examples/run_qwen2.5-7b_gsm8k_rfpp_baseline_multinode.sh")
     demo.add_argument("--seed", type=int, default=0, help="data order and sampling seed")
     demo.add_argument("--multi-turn", action="store_true",
                       help="verl's tool_agent loop with a toy tool: responses with tool tokens inside")
     demo.add_argument("--verbose", action="store_true", help="stream verl's own log instead of progress lines")
-    demo.add_argument("--out", help="directory for the assets and logs (default: a new temporary one)")
+    demo.add_argument("--out", action=arguments.OutputDirectory,
+                      help="directory for the assets and logs (default: a new temporary one)")
     demo.set_defaults(handler=_demo)
     curves = commands.add_parser("curves", help="learning curves: ours vs verl's built-ins and grpo (long)")
-    curves.add_argument("--out", required=True, help="output directory (finished runs in it are reused)")
-    curves.add_argument("--steps", type=int, default=40)
-    curves.add_argument("--seeds", type=int, default=3)
+    curves.add_argument("--out", required=True, action=arguments.OutputDirectory,
+                        help="output directory (finished runs in it are reused)")
+    curves.add_argument("--steps", type=int, default=40, action=arguments.Positive, fix="train at least 1 step")
+    curves.add_argument("--seeds", type=int, default=3, action=arguments.Positive, fix="run at least 1 seed")
     curves.add_argument("--methods", nargs="*", help="method keys: ours_baseline verl_baseline ours_rfpp "
                         "verl_rfpp verl_grpo (default: all five; --task noisy: all but verl_rfpp)")
     curves.add_argument("--task", choices=("demo", "noisy"), default="demo",
@@ -333,12 +359,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "HEAD:6379, ...) in a fresh process on each node")
     doctor.add_argument("--json", action="store_true", help="the report as one JSON line (what --ray reads back)")
     doctor.set_defaults(handler=_doctor)
-    check = commands.add_parser("check", help="validate Hydra overrides against the contract",
-                                epilog=CHECK_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    check.add_argument("overrides", nargs="*", help="Hydra overrides, as given to main_ppo")
+    check = commands.add_parser(
+        "check", help="validate a launch script or Hydra overrides against the contract",
+        usage="verl-rfpp check [-h] [-cp DIR] [-cn NAME] [OVERRIDES ...]\n       verl-rfpp check [-h] SCRIPT [ARGUMENTS ...]",
+        epilog=CHECK_EXIT_CODES.replace("VERL_LOG", CHECK_LOG), formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("-cp", "--config-path", help="main_ppo's --config-path (relative to verl/trainer, as Hydra reads it)")
+    check.add_argument("-cn", "--config-name", help="main_ppo's --config-name (default ppo_trainer)")
+    check.add_argument("arguments", nargs="*", metavar="SCRIPT | OVERRIDES",
+                       help="a launch script and its arguments, or Hydra overrides as given to main_ppo")
     check.set_defaults(handler=_check)
     bandit = commands.add_parser("bandit", help="CPU toy experiments on REINFORCE++'s claims")
-    bandit.add_argument("--out", required=True, help="output directory")
+    bandit.add_argument("--out", required=True, action=arguments.OutputDirectory, help="output directory")
     bandit.add_argument("--quick", action="store_true", help="a smaller run (under a minute)")
     bandit.set_defaults(handler=_bandit)
     recipe = commands.add_parser("recipe", help="print the validated recipe's overrides")
@@ -348,7 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help, or an argument refused in one line (arguments.Parser)
+        return stop.code
     return args.handler(args)
 
 

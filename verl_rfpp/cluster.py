@@ -11,6 +11,7 @@ process dies first. Nothing here imports verl.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -184,6 +185,17 @@ class LocalCluster:
         table = self._cluster.global_state.actor_table(None)
         return {int(entry["Pid"]): entry["Address"]["NodeID"] for entry in table.values()
                 if entry.get("Pid") and entry.get("Address", {}).get("NodeID")}
+
+
+def last_error(log: str) -> Optional[str]:
+    """The decisive error of a Ray program's log: its last ``SomeError: message`` line (an actor's
+    ``(Name pid=N)`` prefix dropped), or ``None``."""
+    found = None
+    for line in log.splitlines():
+        line = re.sub(r"^\([^)]*pid=\d+[^)]*\)\s*", "", line.strip())
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\([\w.]+\))?(: .*)?$", line):
+            found = line
+    return " ".join(found.split())[:400] if found else None
 
 
 def _children() -> set[int]:

@@ -6,18 +6,107 @@ exactly what a person running ``verl-rfpp doctor`` on that node gets. The task's
 pickled by value and imports nothing of ours, so a node without verl-rfpp reports that instead of
 failing to unpickle. A node is OK when its report is healthy and its verl-rfpp and verl versions
 are the cluster's (the driver's, where the driver has them; else the most common).
+
+Before connecting, the address is checked (``AddressError``, one line, within
+``CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S``): its syntax, then a TCP connection to it, then a
+throwaway ``ray.init`` in a child process that is killed when it does not connect in time (Ray's
+own client retries a silent address for minutes). A node whose check dies with it (the node
+removed, the cluster shutting down) is a FAIL line; the other nodes are still reported.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
+from verl_rfpp import cluster
 from verl_rfpp.doctor import DISTRIBUTION, Report
+from verl_rfpp.errors import RfppError
 
 PROBE_TIMEOUT_S = 300  # one node's doctor: import verl, compile the CPU kernels (numba)
+CONNECT_TIMEOUT_S = 5  # the TCP connection to an explicit address
+HANDSHAKE_TIMEOUT_S = 18  # the child process's ray.init (importing ray alone takes seconds)
+ADDRESS_FORMS = ("auto (the cluster this machine is a node of), HEAD_IP:6379 (the head node's GCS port, "
+                 "what `ray start --head` printed) or ray://HEAD_IP:10001 (Ray Client)")
+_ADDRESS = re.compile(r"(?P<scheme>ray://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})")
+_HANDSHAKE = ("import sys, ray\n"
+              "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
+              "print('nodes', len(ray.nodes()))\n"
+              "ray.shutdown()\n")
+
+
+class AddressError(RfppError):
+    """``--ray ADDRESS`` names no Ray cluster this process can reach; the message is one line
+    naming the address, what was found and what to try."""
+
+    def __init__(self, address: str, found: str, fix: str = f"try {ADDRESS_FORMS}"):
+        super().__init__(f"verl-rfpp doctor --ray {address!r}: {found}. Fix: {fix}.")
+
+
+def check_address(address: str) -> None:
+    """Raise ``AddressError`` unless ``ray.init(address=address)`` can connect: the syntax (auto,
+    HOST:PORT or ray://HOST:PORT; ``auto`` reads ``RAY_ADDRESS`` first, as Ray does), a TCP
+    connection within ``CONNECT_TIMEOUT_S``, then a child's ``ray.init`` within ``HANDSHAKE_TIMEOUT_S``."""
+    target = address.strip()
+    if target == "auto" and os.environ.get("RAY_ADDRESS", "").strip():
+        target = os.environ["RAY_ADDRESS"].strip()
+        if target != "auto":
+            _check_explicit(target, address, f"RAY_ADDRESS={target}")
+    elif target != "auto":
+        _check_explicit(target, address, None)
+    _handshake(address)
+
+
+def _check_explicit(target: str, address: str, source: Optional[str]) -> None:
+    named = f" ({source})" if source else ""
+    if not target:
+        raise AddressError(address, f"an empty address{named}")
+    match = _ADDRESS.fullmatch(target)
+    if match is None:
+        found = ("`local` starts a new Ray instance, it checks no cluster" if target == "local" else
+                 f"not a Ray address{named}: HOST:PORT or ray://HOST:PORT has a host and a port")
+        raise AddressError(address, found,
+                           f"try {ADDRESS_FORMS}; `verl-rfpp doctor` alone checks this machine"
+                           if target == "local" else f"try {ADDRESS_FORMS}")
+    host, port = match["host"].strip("[]"), int(match["port"])
+    if not 0 < port < 65536:
+        raise AddressError(address, f"port {port}{named} is not a TCP port (1-65535)")
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except socket.gaierror as error:
+        raise AddressError(address, f"host {host!r}{named} does not resolve ({error.strerror})",
+                           f"check the head node's name or IP; try {ADDRESS_FORMS}") from None
+    except (socket.timeout, TimeoutError):
+        raise AddressError(address, f"no answer from {host}:{port}{named} within {CONNECT_TIMEOUT_S} s",
+                           "check that the head node is up and that no firewall blocks the port from here; "
+                           f"try {ADDRESS_FORMS}") from None
+    except OSError as error:
+        raise AddressError(address, f"nothing accepts connections at {host}:{port}{named} ({error.strerror})",
+                           f"start the cluster (`ray start --head` on the head node) or give its address: "
+                           f"{ADDRESS_FORMS}") from None
+
+
+def _handshake(address: str) -> None:
+    """Connect a throwaway driver in a child process, killed after ``HANDSHAKE_TIMEOUT_S``."""
+    try:
+        run = subprocess.run([sys.executable, "-c", _HANDSHAKE, address.strip()], capture_output=True, text=True,
+                             timeout=HANDSHAKE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AddressError(address, f"something listens there, but no Ray cluster answered within "
+                                    f"{HANDSHAKE_TIMEOUT_S} s", f"give the head node's GCS port; try {ADDRESS_FORMS}"
+                           ) from None
+    if run.returncode != 0 or not run.stdout.startswith("nodes "):
+        why = cluster.last_error(run.stderr) or f"exit {run.returncode}"
+        raise AddressError(address, f"Ray could not connect ({why})")
 
 # The probe, built from source so that cloudpickle sends it by value (its module is not
 # importable on the node): a node without verl-rfpp must still answer.
@@ -53,6 +142,7 @@ class NodeResult:
     returncode: int
     detail: str  # why there is no report (the process's stderr tail), or ""
     plugins_env: Optional[str]
+    error: str = ""  # what Ray raised instead of the node's answer (the node died, ...), or ""
 
     @property
     def label(self) -> str:
@@ -68,6 +158,9 @@ class ClusterReport:
     def problems(self, node: NodeResult) -> list[str]:
         """What is wrong on ``node``, each with its fix (empty: the node is OK)."""
         found = node.report
+        if node.error:
+            return [f"its check did not finish: {node.error}; fix: see whether the node is still alive "
+                    "(`ray status`), then run the doctor again"]
         if found is None:
             if "No module named verl_rfpp" in node.detail or "No module named 'verl_rfpp'" in node.detail:
                 return [f"verl-rfpp is not installed for this node's Python; fix: pip install "
@@ -118,28 +211,42 @@ class ClusterReport:
 
 def check(address: str, timeout: float = PROBE_TIMEOUT_S) -> ClusterReport:
     """Connect to the cluster at ``address`` (as ``ray.init(address=...)`` takes it, ``auto``
-    included) and run the doctor on every alive node."""
+    included; ``AddressError`` when it cannot, see ``check_address``) and run the doctor on every
+    alive node. A node whose check raises (it died, the cluster shut down) gets that error."""
+    check_address(address)
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address.strip(), logging_level="ERROR", log_to_driver=False)
     try:
         head = next((n["NodeID"] for n in ray.nodes() if "node:__internal_head__" in n.get("Resources", {})), None)
         alive = [n for n in ray.nodes() if n["Alive"]]
         probe = ray.remote(num_cpus=0, max_retries=0)(_probe_function())
         pending = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                    .remote(timeout) for n in alive]
-        answers = ray.get(pending, timeout=timeout + 60)
+        deadline = time.monotonic() + timeout + 60
+        answers = [_answer(ray, ref, deadline) for ref in pending]
     finally:
         ray.shutdown()
     nodes = []
-    for info, answer in zip(alive, answers):
-        report = Report.from_dict(answer["report"]) if answer["report"] else None
+    for info, (answer, error) in zip(alive, answers):
+        report = Report.from_dict(answer["report"]) if answer and answer["report"] else None
         nodes.append(NodeResult(info["NodeID"], f"{info['NodeManagerAddress']}:{info['NodeManagerPort']}",
-                                info["NodeID"] == head, report, answer["returncode"],
-                                "" if report else answer["stderr"], answer["plugins_env"]))
+                                info["NodeID"] == head, report, answer["returncode"] if answer else -1,
+                                "" if report or not answer else answer["stderr"],
+                                answer["plugins_env"] if answer else None, error))
     nodes.sort(key=lambda node: not node.is_head)
     return ClusterReport(nodes, *_expected_versions(nodes))
+
+
+def _answer(ray, ref, deadline: float) -> tuple[Optional[dict], str]:
+    """One node's answer, or ``(None, why it has none)``: whatever Ray raises for that task (the
+    node died, the cluster shut down, the deadline passed), in one line."""
+    try:
+        return ray.get(ref, timeout=max(deadline - time.monotonic(), 1.0)), ""
+    except Exception as error:  # noqa: BLE001 (NodeDiedError, WorkerCrashedError, GetTimeoutError, ...)
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+        return None, f"{type(error).__name__}: {first[:300]}" if first else type(error).__name__
 
 
 def _expected_versions(nodes: list[NodeResult]) -> tuple[Optional[str], Optional[str]]:

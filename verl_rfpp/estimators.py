@@ -2,7 +2,7 @@
 
 Both estimators take verl's keyword arguments and return ``(advantages, returns)``: the globally
 normalized advantage ``A_hat`` and the raw advantage (``G`` or ``m * C``). This module imports
-torch, numpy and pandas, never verl: it runs on plain tensors in notebooks and tests.
+torch, numpy, pandas and omegaconf, never verl: it runs on plain tensors in notebooks and tests.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from verl_rfpp import inputs, passes
 from verl_rfpp.errors import NonFiniteError, RfppInputError
@@ -37,7 +39,9 @@ def gamma_of(config: Any) -> float:
     """
     if config is None:
         return 1.0
-    if isinstance(config, Mapping):
+    if isinstance(config, DictConfig):
+        value = _omegaconf_gamma(config)
+    elif isinstance(config, Mapping):
         value = config.get("gamma", 1.0)
     elif isinstance(config, (Real, str, bytes, list, tuple, torch.Tensor, np.ndarray)):
         raise RfppInputError(
@@ -47,6 +51,21 @@ def gamma_of(config: Any) -> float:
     else:
         value = getattr(config, "gamma", 1.0)
     return checked_gamma(1.0 if value is None else value)
+
+
+def _omegaconf_gamma(config: DictConfig) -> Any:
+    """``gamma`` of an OmegaConf node, refusing a mandatory ``???`` (``.get`` reads it as the default)
+    and an interpolation that does not resolve (an unset ``${oc.env:...}``) with the fix."""
+    fix = "set it, e.g. algorithm.gamma=1.0, the recipe's value (docs/contract.md section 9.2)."
+    if OmegaConf.is_missing(config, "gamma"):
+        raise RfppInputError(f"verl_rfpp: algorithm.gamma is '???' (a mandatory value never set); {fix}")
+    try:
+        return config.get("gamma", 1.0)
+    except OmegaConfBaseException as error:
+        raise RfppInputError(
+            f"verl_rfpp: algorithm.gamma cannot be read: {error}. Fix: define what it refers to (the "
+            f"environment variable or config key), or {fix}"
+        ) from error
 
 
 def checked_gamma(value: Any) -> float:
@@ -161,6 +180,107 @@ def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: A
     return torch.where(is_response & (group_size[codes] > 1), centered, 0.0)
 
 
+def session_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: Any, session: Any) -> torch.Tensor:
+    """``C_i = R_i - b_g`` with every session counted once in ``b_g`` (docs/contract.md section 3.7), float64.
+
+    ``session`` holds one hashable label per row: the rows of one session (an agent loop that
+    returned several outputs) share it. ``R_s`` is the mean of ``R_i`` over the session's responses,
+    ``b_g`` the mean of ``R_s`` over the sessions of group ``g`` that have a response. Rows without a
+    valid token are in no session and no group and get 0. One output per session gives section 3.2.
+    """
+    if not (isinstance(scores, torch.Tensor) and scores.dim() == 1 and scores.is_floating_point()
+            and isinstance(lengths, torch.Tensor) and lengths.shape == scores.shape and not lengths.is_floating_point()):
+        raise RfppInputError(
+            f"verl_rfpp: session_centered_rewards needs scores, a floating (bs,) tensor, and lengths, an "
+            f"integer tensor of the same shape; got {inputs.describe(scores)} and {inputs.describe(lengths)}."
+        )
+    batch = scores.shape[0]
+    codes, groups, missing = group_codes(index, batch)
+    sessions, session_count, session_missing = _session_codes(session, batch)
+    is_response = lengths > 0
+    if missing.any() or session_missing.any():  # the lengths are read only when a label is missing
+        responses = is_response.cpu().numpy()
+        _refuse_missing_uids(missing, responses)
+        _refuse_missing_sessions(session_missing, responses)
+    session_group = _group_of_each_session(codes.numpy(), sessions, session_count, session_missing, index, session)
+    device = scores.device
+    codes, sessions, session_group = codes.to(device), sessions.to(device), session_group.to(device)
+    scores = scores.to(torch.float64)
+    members = torch.zeros(session_count, dtype=torch.float64, device=device).index_add_(
+        0, sessions, is_response.to(torch.float64))
+    session_total = torch.zeros_like(members).index_add_(0, sessions, torch.where(is_response, scores, 0.0))
+    session_mean = session_total / members.clamp(min=1.0)
+    counted = members > 0
+    group_size = torch.zeros(groups, dtype=torch.float64, device=device).index_add_(
+        0, session_group, counted.to(torch.float64))
+    group_total = torch.zeros_like(group_size).index_add_(0, session_group, torch.where(counted, session_mean, 0.0))
+    baseline = group_total / group_size.clamp(min=1.0)
+    return torch.where(is_response, scores - baseline[codes], 0.0)
+
+
+def _session_codes(session: Any, batch: int) -> tuple[torch.Tensor, int, np.ndarray]:
+    """Integer ids of the ``session`` label of each row, their number, and which rows have none."""
+    if isinstance(session, (str, bytes, Mapping)) or not (
+            isinstance(session, (torch.Tensor, np.ndarray)) or (isinstance(session, Sized) and isinstance(session, Iterable))):
+        raise RfppInputError(
+            f"verl_rfpp: session = {inputs.describe(session)}: expected one session label per row as a list, "
+            "tuple, numpy array or tensor (docs/contract.md section 3.7), or session=None when every "
+            "response is its own session."
+        )
+    labels = _uid_array(session)
+    if labels.ndim != 1 or len(labels) != batch:
+        raise RfppInputError(
+            f"verl_rfpp: session must hold one label per row ({batch} rows), got shape {labels.shape} "
+            "(docs/contract.md section 3.7)."
+        )
+    import pandas as pd
+
+    try:
+        codes, uniques = pd.factorize(labels, use_na_sentinel=False)
+    except TypeError as error:
+        raise RfppInputError(
+            f"verl_rfpp: session holds unhashable labels ({error}); a session label must be hashable "
+            "(a string, a number, a tuple) (docs/contract.md section 3.7)."
+        ) from error
+    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques), np.asarray(pd.isna(labels), dtype=bool)
+
+
+def _group_of_each_session(codes: np.ndarray, sessions: torch.Tensor, session_count: int, session_missing: np.ndarray,
+                           index: Any, session: Any) -> torch.Tensor:
+    """The group of each session; a session whose rows carry two uids is refused (host-side labels
+    only: no device sync). Rows without a session label (padding) are not read."""
+    labelled = ~session_missing
+    rows = sessions.numpy()[labelled]
+    lowest = np.full(session_count, np.iinfo(np.int64).max, dtype=np.int64)
+    highest = np.full(session_count, -1, dtype=np.int64)
+    np.minimum.at(lowest, rows, codes[labelled])
+    np.maximum.at(highest, rows, codes[labelled])
+    split = np.flatnonzero((highest >= 0) & (lowest != highest))
+    if split.size:
+        label_of = sessions.numpy()
+        first = int(split[0])
+        members = np.flatnonzero(labelled & (label_of == first))
+        uids = list(dict.fromkeys(_uid_array(index)[members].tolist()))
+        raise RfppInputError(
+            f"verl_rfpp: session {_uid_array(session)[members[0]]!r} spans rows of several prompts (uids "
+            f"{', '.join(map(repr, uids[:3]))}); the outputs of one session answer one prompt "
+            f"({split.size} such sessions in all). Pass one session label per agent-loop session, "
+            "e.g. '<uid>_<session_id>' (docs/contract.md section 3.7)."
+        )
+    return torch.from_numpy(np.where(highest >= 0, lowest, 0))
+
+
+def _refuse_missing_sessions(missing: np.ndarray, is_response: np.ndarray) -> None:
+    """A response without a session label has no session (docs/contract.md section 3.7)."""
+    rows = np.flatnonzero(missing & is_response)
+    if rows.size:
+        raise RfppInputError(
+            f"verl_rfpp: session has no label (None or NaN) for row {int(rows[0])}, a response with valid "
+            f"tokens ({rows.size} such rows in all); pass one label per row, the same for the outputs of "
+            "one session (docs/contract.md section 3.7)."
+        )
+
+
 def _refuse_missing_uids(missing: np.ndarray, is_response: np.ndarray) -> None:
     """A response (``L_i > 0``) without a uid has no group (docs/contract.md section 3): refuse it,
     naming the first such row. Padding rows join no group, so their uid is never read."""
@@ -253,6 +373,7 @@ def reinforce_plus_plus_baseline(
     response_mask: torch.Tensor,
     index: Any,
     *,
+    session: Any = None,
     process_group: Optional[dist.ProcessGroup] = None,
 ) -> EstimatorResult:
     """REINFORCE++-baseline (docs/contract.md section 3): normalized group-centred outcome rewards.
@@ -266,6 +387,9 @@ def reinforce_plus_plus_baseline(
         token_level_rewards: ``(bs, response_length)``.
         response_mask: ``(bs, response_length)``, ``m != 0`` marks valid tokens.
         index: ``(bs,)`` uids (verl's ``uid``), any hashable values.
+        session: ``None`` (every response its own session), or ``(bs,)`` session labels: the
+            outputs of one agent-loop session share one, and each session counts once in its
+            group's mean (docs/contract.md section 3.7).
         process_group: see ``masked_global_normalize``; groups must not span ranks.
 
     Returns:
@@ -277,7 +401,8 @@ def reinforce_plus_plus_baseline(
         _check_rewards(token_level_rewards, response_mask)
         rewards = token_level_rewards.detach().to(passes.compute_dtype(token_level_rewards.dtype))
         valid, scores, lengths = passes.selected_row_sums(rewards, response_mask)
-        centered = group_centered_rewards(scores, lengths, index)
+        centered = (group_centered_rewards(scores, lengths, index) if session is None
+                    else session_centered_rewards(scores, lengths, index, session))
     except Exception as error:
         refuse_on_every_rank(error, process_group, token_level_rewards, response_mask)
     normalized_rows, stats = normalize_rows(centered, lengths, process_group=process_group)
@@ -305,11 +430,13 @@ def compute_reinforce_plus_plus_baseline_advantage(
     response_mask: torch.Tensor,
     config: Any = None,
     index: Any = None,
+    session: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl signature of REINFORCE++-baseline (docs/contract.md sections 3, 9); extra keywords ignored.
+    ``session``: optional session label per row (section 3.7).
 
     Returns ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``m * C``.
     """
-    result = reinforce_plus_plus_baseline(token_level_rewards, response_mask, index)
+    result = reinforce_plus_plus_baseline(token_level_rewards, response_mask, index, session=session)
     return result.advantages, result.returns

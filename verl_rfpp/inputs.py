@@ -78,17 +78,25 @@ def check_values_and_mask(values: Any, response_mask: Any, name: str) -> None:
 
 def check_response_mask(response_mask: torch.Tensor) -> None:
     """Refuse a floating mask holding NaN (``NaN != 0`` would count as valid, docs/contract.md
-    section 1). Bool and integer masks, verl's own, cost nothing; a floating one one pass.
-    On accelerators a device-side assert (no host sync)."""
+    section 1). Bool and integer masks, verl's own, cost nothing; a floating one one pass. A
+    jagged nested mask (verl's no-padding layout) is read through its values. On accelerators a
+    device-side assert (no host sync)."""
     if not response_mask.is_floating_point():
         return
-    nan = torch.isnan(response_mask)
+    values = response_mask.values() if response_mask.is_nested else response_mask
+    nan = torch.isnan(values)
     message = ("verl_rfpp: response_mask holds NaN{where}; a mask must be 0 (masked) or nonzero "
                "(valid) everywhere. Fix the mask upstream, e.g. response_mask.nan_to_num(0.0).")
-    if response_mask.device.type != "cpu":
+    if values.device.type != "cpu":
         torch._assert_async(~nan.any(), message.format(where=""))
     elif nan.any():
-        row, position = (int(i) for i in nan.nonzero()[0])
+        if response_mask.is_nested:
+            flat = int(nan.nonzero()[0, 0])
+            offsets = response_mask.offsets().tolist()
+            row = max(i for i, start in enumerate(offsets[:-1]) if start <= flat)
+            position = flat - offsets[row]
+        else:
+            row, position = (int(i) for i in nan.nonzero()[0])
         raise RfppInputError(message.format(where=f" (first at row {row}, position {position})"))
 
 

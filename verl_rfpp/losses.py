@@ -6,7 +6,8 @@ its gradient.
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Any, Optional
 
 import torch
 
@@ -41,31 +42,49 @@ def response_mean(
     global_batch_size: Optional[float] = None,
     dp_size: int = 1,
 ) -> torch.Tensor:
-    """Mean over valid tokens within each response, then over responses (docs/contract.md section 5).
+    """Mean over valid tokens within each response, then over responses (docs/contract.md section 5.2).
 
-    ``sum_i [L_i > 0] * (sum_t select(m, l)[i,t] / L_i) / n``, where ``n`` counts the responses
-    with a valid token; with verl's global batch info (``global_batch_size`` responses over
-    ``dp_size`` ranks whose gradients are averaged) ``n = global_batch_size / dp_size``, which makes
-    the averaged gradient the global response mean. ``n`` is floored at 1: a micro-batch without
-    a valid token gives a zero loss (and gradient), not 0/0.
+    ``sum_i [L_i > 0] * (sum_t select(m, l)[i,t] / L_i) / (n / dp_size)``. With verl's global batch
+    info, ``n = global_batch_size`` is the mini-batch's responses over all ``dp_size`` ranks, whose
+    gradients are averaged: the average is the global response mean. Without it (one rank), ``n``
+    counts this batch's responses. ``n`` is floored at 1 before it is split over the ranks (the
+    divisor of verl's k2 term, ``global_batch_size / dp_size``, whatever ``n`` and ``dp_size``): a
+    mini-batch without a valid token gives a zero loss (and gradient), not 0/0.
     """
     inputs.check_values_and_mask(loss_mat, response_mask, "loss_mat")
+    ranks = check_dp_size(dp_size)
     valid = response_mask != 0
     lengths = valid.sum(dim=-1)
     per_response = torch.where(valid, loss_mat, 0.0).sum(dim=-1) / lengths.clamp(min=1)
     if global_batch_size is None:
-        responses = (lengths > 0).sum().clamp(min=1)
-    else:
-        size = inputs.real_number(global_batch_size, "global_batch_size", "a number of responses > 0 (or None)",
-                                  "pass None to count the responses of this batch.")
-        ranks = inputs.real_number(dp_size, "dp_size", "an integer >= 1", "pass the data-parallel size.")
-        if not (size > 0 and ranks >= 1 and ranks == int(ranks)):
+        if ranks != 1:
             raise RfppInputError(
-                f"verl_rfpp: response_mean needs global_batch_size > 0 and an integer dp_size >= 1, got "
-                f"{global_batch_size!r} and {dp_size!r} (docs/contract.md section 5.2)."
+                f"verl_rfpp: response_mean got dp_size = {ranks} without global_batch_size; over several "
+                "ranks the divisor is the responses of all ranks. Fix: pass global_batch_size (as verl's "
+                "engine sets it) or dp_size=1 (docs/contract.md section 5.2)."
             )
-        responses = max(size / ranks, 1.0)
-    return per_response.sum() / responses
+        return per_response.sum() / (lengths > 0).sum().clamp(min=1)
+    size = inputs.real_number(global_batch_size, "global_batch_size", "a number of responses > 0 (or None)",
+                              "pass None to count the responses of this batch.")
+    if not (math.isfinite(size) and size > 0):
+        raise RfppInputError(
+            f"verl_rfpp: response_mean needs global_batch_size > 0, got {global_batch_size!r}; pass the "
+            "responses of the mini-batch over all ranks, or None (docs/contract.md section 5.2)."
+        )
+    return per_response.sum() / (max(size, 1.0) / ranks)
+
+
+def check_dp_size(dp_size: Any) -> int:
+    """The data-parallel size of docs/contract.md section 5.2: an integer >= 1, never read as 1."""
+    ranks = inputs.real_number(dp_size, "dp_size", "an integer >= 1",
+                               "pass the data-parallel size (1 on one rank).")
+    if not (math.isfinite(ranks) and ranks >= 1 and ranks == int(ranks)):
+        raise RfppInputError(
+            f"verl_rfpp: dp_size = {dp_size!r}: expected an integer >= 1 (the number of data-parallel "
+            "ranks whose gradients are averaged). Fix: pass the data-parallel size, 1 on one rank "
+            "(docs/contract.md section 5.2)."
+        )
+    return int(ranks)
 
 
 def responses_with_valid_tokens(response_mask: torch.Tensor) -> torch.Tensor:
@@ -74,8 +93,10 @@ def responses_with_valid_tokens(response_mask: torch.Tensor) -> torch.Tensor:
 
     ``response_mask`` is ``(bs, response_length)``, padded or a jagged nested tensor (verl's
     no-padding layout). Rows with ``L_i = 0`` (verl v1's padding rows, empty or aborted
-    responses) are not responses. Returns a 0-dim int64 tensor on the mask's device.
+    responses) are not responses; a floating mask holding NaN is refused (``inputs.check_response_mask``).
+    Returns a 0-dim int64 tensor on the mask's device.
     """
+    inputs.check_response_mask(response_mask)
     if response_mask.is_nested:
         lengths = response_mask.offsets().diff()
         rows = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from verl_rfpp import cluster
 from verl_rfpp.cpu import trace
 from verl_rfpp.cpu.launch import RunResult
 
@@ -58,7 +59,8 @@ def judge(estimator: str, result: RunResult, steps: int, ranks: int = 1) -> Verd
     if result.timed_out:
         problems.append("the run hit the demo's time limit and was stopped")
     elif result.returncode != 0:
-        problems.append(f"verl's trainer exited with code {result.returncode}")
+        error = cluster.last_error("".join(result.log))
+        problems.append(f"verl's trainer exited with code {result.returncode}" + (f": {error}" if error else ""))
     if len(result.steps) != steps:
         problems.append(f"verl logged {len(result.steps)} of {steps} training steps")
 

@@ -79,25 +79,20 @@ def examples_dir() -> Path:
 
 def example_overrides(nodes: int, script: Optional[Path] = None) -> list[str]:
     """The Hydra overrides ``examples/<MULTINODE_EXAMPLE>`` passes to ``main_ppo`` with
-    ``NNODES=nodes`` and one GPU per node, read by running the script itself with a stand-in
-    ``python3`` that records its arguments (bash expands them exactly as for a user)."""
+    ``NNODES=nodes`` and one GPU per node, read by running the script itself with stand-ins that
+    record main_ppo's arguments (``verl_rfpp.scripts``; bash expands them exactly as for a user)."""
     script = Path(script) if script else examples_dir() / MULTINODE_EXAMPLE
     if not script.is_file():
         raise LaunchError(f"--nodes runs the overrides of {MULTINODE_EXAMPLE}, not found at {script}; "
                           "run it from a source checkout of verl-rfpp (the script is in examples/)")
-    import tempfile
+    from verl_rfpp import scripts
 
-    with tempfile.TemporaryDirectory(prefix="rfpp-example-") as scratch:
-        shim, record = Path(scratch) / "python3", Path(scratch) / "arguments"
-        shim.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {record}\n')
-        shim.chmod(0o755)
-        env = {**os.environ, "PATH": f"{scratch}:{os.environ.get('PATH', '')}", "NNODES": str(nodes),
-               "GPUS_PER_NODE": "1", "DATA_DIR": "unused", "MODEL": "unused"}
-        subprocess.run(["bash", str(script)], check=True, env=env, capture_output=True, timeout=60)
-        arguments = record.read_text().splitlines()
-    if arguments[:2] != ["-m", "verl.trainer.main_ppo"]:
-        raise LaunchError(f"{script} does not run `python3 -m verl.trainer.main_ppo` (ran: {arguments[:2]})")
-    return [o for o in arguments[2:] if not o.startswith(NOT_FOR_CPU)]
+    env = {**os.environ, "NNODES": str(nodes), "GPUS_PER_NODE": "1", "DATA_DIR": "unused", "MODEL": "unused"}
+    try:
+        arguments = scripts.record_launch(script, env=env).arguments
+    except scripts.ScriptError as error:
+        raise LaunchError(str(error)) from error
+    return [o for o in arguments if not o.startswith(NOT_FOR_CPU)]
 
 
 def _key(override: str) -> str:
@@ -167,8 +162,9 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
         f"trainer.use_v1={not legacy}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
-    if address is None:  # verl starts a one-node Ray of its own, bound to loopback
+    if address is None:  # verl starts a one-node Ray of its own, bound to loopback, whatever else runs
         overrides += [
+            "+ray_kwargs.ray_init.address=local",  # not RAY_ADDRESS's, nor the one `ray start` left in Ray's temp dir
             "+ray_kwargs.ray_init.num_cpus=16",  # logical: the actors verl asks for, not cores
             f"+ray_kwargs.ray_init.num_gpus={ranks}",
             f"+ray_kwargs.ray_init._node_ip_address={cluster.LOOPBACK}",
@@ -186,9 +182,11 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
 def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
     """Switch the CPU backend on in every verl process (inherited by Ray's workers; on a cluster,
     every node's raylet gets it). With ``ours=False`` verl loads no plugin
-    (``VERL_USE_EXTERNAL_PLUGINS=none``): its own estimators run. Ray stays on loopback."""
+    (``VERL_USE_EXTERNAL_PLUGINS=none``): its own estimators run. Ray stays on loopback, and a
+    ``RAY_ADDRESS`` of the user's is not passed on: a run never joins a cluster it did not start."""
     env = cluster.loopback_environment()
     env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray refuses fake GPUs with an empty device list
+    env.pop("RAY_ADDRESS", None)  # the run's own Ray only (trainer_overrides: address=local or its LocalCluster)
     modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
     env.update({
         "VERL_PLATFORM": "cpu",

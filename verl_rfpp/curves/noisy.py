@@ -13,6 +13,7 @@ from typing import Callable, Optional
 from verl_rfpp.cpu import launch, patches
 from verl_rfpp.curves import noisy_task
 from verl_rfpp.curves.runs import METHODS, CurvesError, Method, proof, read_events
+from verl_rfpp.curves.series import band, mean, seed_series, series, std
 
 METHODS_NOISY = tuple(m for key in ("verl_grpo", "ours_baseline", "ours_rfpp", "verl_baseline")
                       for m in METHODS if m.key == key)
@@ -90,24 +91,6 @@ WINDOW = 5  # steps averaged at the end of a run
 P = noisy_task.PREFIX
 KEPT = (*noisy_task.METRICS, "critic/score/mean", "cpu/advantages_std", "actor/entropy", "actor/kl_loss",
         "actor/reward_kl_penalty", "response_length/mean", "timing_s/step")
-COLORS = {"reinforce_plus_plus_baseline": "tab:blue", "reinforce_plus_plus": "tab:red", "grpo": "tab:green"}
-
-
-def _series(record: dict, tag: str) -> list[float]:
-    return [value for _, value in sorted(record["metrics"].get(tag, []))]
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
-def _std(values: list[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mu = _mean(values)
-    return (sum((v - mu) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-
-
 def initial(spec: dict) -> dict[str, float]:
     """The probe's policy metrics of the initial model (step 0, the same for every run)."""
     return noisy_task.policy_metrics(spec, [row["start"] for row in spec["prompts"]])
@@ -116,14 +99,14 @@ def initial(spec: dict) -> dict[str, float]:
 def best_quality(spec: dict) -> float:
     """Mean over informative prompts of the best answer's true quality (what a solved prompt earns)."""
     rows = [row for row in spec["prompts"] if row["kind"] == "informative"]
-    return _mean([max(row["quality"]) for row in rows])
+    return mean([max(row["quality"]) for row in rows])
 
 
 def prompt_blind_quality(spec: dict) -> float:
     """The best a policy that ignores the prompt can earn on the informative prompts: the largest
     mean over informative prompts of one answer's true quality."""
     rows = [row for row in spec["prompts"] if row["kind"] == "informative"]
-    return max(_mean([row["quality"][token] for row in rows]) for token in range(len(rows[0]["quality"])))
+    return max(mean([row["quality"][token] for row in rows]) for token in range(len(rows[0]["quality"])))
 
 
 def _group(records: list[dict]) -> dict[float, dict[str, list[dict]]]:
@@ -152,20 +135,20 @@ def summarize(records: list[dict], start: dict[str, float]) -> dict[str, dict[st
         table[str(lr)] = {}
         for key, runs in methods.items():
             row: dict = {"label": runs[0]["method"]["label"], "seeds": [r["seed"] for r in runs],
-                         "seconds": _mean([r["seconds"] for r in runs]), "proof": sorted({r["proof"] for r in runs})}
+                         "seconds": mean([r["seconds"] for r in runs]), "proof": sorted({r["proof"] for r in runs})}
             ends = {
-                "informative_true_reward": [_mean(_series(r, P + "informative_true_reward")[-WINDOW:]) for r in runs],
-                "flat_entropy": [_mean(_series(r, P + "flat_entropy")[-WINDOW:]) for r in runs],
-                "flat_kl_from_start": [_mean(_series(r, P + "flat_kl_from_start")[-WINDOW:]) for r in runs],
-                "informative_kl_from_start": [_mean(_series(r, P + "informative_kl_from_start")[-WINDOW:])
+                "informative_true_reward": [mean(series(r, P + "informative_true_reward")[-WINDOW:]) for r in runs],
+                "flat_entropy": [mean(series(r, P + "flat_entropy")[-WINDOW:]) for r in runs],
+                "flat_kl_from_start": [mean(series(r, P + "flat_kl_from_start")[-WINDOW:]) for r in runs],
+                "informative_kl_from_start": [mean(series(r, P + "informative_kl_from_start")[-WINDOW:])
                                               for r in runs],
-                "flat_adv_rms": [_mean(_series(r, P + "flat_adv_rms")) for r in runs],
-                "informative_adv_rms": [_mean(_series(r, P + "informative_adv_rms")) for r in runs],
-                "noise_std_sampled": [_mean(_series(r, P + "noise_std_sampled")) for r in runs],
+                "flat_adv_rms": [mean(series(r, P + "flat_adv_rms")) for r in runs],
+                "informative_adv_rms": [mean(series(r, P + "informative_adv_rms")) for r in runs],
+                "noise_std_sampled": [mean(series(r, P + "noise_std_sampled")) for r in runs],
             }
             ends["flat_entropy_drop"] = [start[P + "flat_entropy"] - e for e in ends["flat_entropy"]]
             for name, values in ends.items():
-                row[name] = {"mean": _mean(values), "std": _std(values), "per_seed": values}
+                row[name] = {"mean": mean(values), "std": std(values), "per_seed": values}
             table[str(lr)][key] = row
     return table
 
@@ -188,8 +171,8 @@ def verdicts(table: dict[str, dict[str, dict]]) -> dict[str, dict]:
             left = [a[name]["per_seed"][a["seeds"].index(s)] for s in both]
             right = [b[name]["per_seed"][b["seeds"].index(s)] for s in both]
             diffs = [x - y for x, y in zip(left, right)]
-            return {"seeds": both, "diff_mean": _mean(diffs), "diff_std": _std(diffs), "per_seed": diffs,
-                    "ratio": _mean(left) / _mean(right) if _mean(right) else float("inf")}
+            return {"seeds": both, "diff_mean": mean(diffs), "diff_std": std(diffs), "per_seed": diffs,
+                    "ratio": mean(left) / mean(right) if mean(right) else float("inf")}
 
         verdict = {"seeds": seeds, "flat_kl_from_start": paired("flat_kl_from_start"),
                    "flat_entropy_drop": paired("flat_entropy_drop"),
@@ -225,7 +208,7 @@ def noise_effect(table: dict[str, dict[str, dict]], control: dict[str, dict[str,
             for name in CONTROL_MEASURES:
                 diffs = [noisy_row[name]["per_seed"][noisy_row["seeds"].index(s)]
                          - clean[name]["per_seed"][clean["seeds"].index(s)] for s in seeds]
-                cell[name] = {"diff_mean": _mean(diffs), "diff_std": _std(diffs), "per_seed": diffs}
+                cell[name] = {"diff_mean": mean(diffs), "diff_std": std(diffs), "per_seed": diffs}
             out.setdefault(lr, {})[key] = cell
     return out
 
@@ -246,19 +229,9 @@ def plots(out: Path, records: list[dict], start: dict[str, float], best: float, 
     for (lr, noise), methods in _group_noise(records).items():
         figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
         for axis, (tag, title, level, level_label) in zip(axes.flat, panels):
-            for key, runs in methods.items():
-                series = [s for s in (_series(r, tag) for r in runs) if s]
-                if not series:
-                    continue
-                length = min(len(s) for s in series)
-                steps = list(range(1, length + 1))
-                columns = [[s[i] for s in series] for i in range(length)]
-                method = runs[0]["method"]
-                color = COLORS.get(method["estimator"], "tab:gray")
-                axis.plot(steps, [_mean(c) for c in columns], color=color, linestyle="-" if method["ours"] else "--",
-                          label=f"{method['label']} ({len(series)} seeds)")
-                axis.fill_between(steps, [min(c) for c in columns], [max(c) for c in columns], color=color,
-                                  alpha=0.12, linewidth=0)
+            for runs in methods.values():
+                seeds = len(seed_series(runs, tag))
+                band(axis, runs, tag, f"{runs[0]['method']['label']} ({seeds} seeds)", alpha=0.12)
             if level is not None:
                 axis.axhline(level, color="grey", linestyle=":", label=level_label)
             if tag == P + "informative_true_reward":
@@ -450,9 +423,9 @@ def command(args, echo: Callable[[str], None]) -> int:
     methods = tuple(m for m in METHODS if m.key in args.methods) if args.methods else METHODS_NOISY
     steps, seeds = (QUICK["steps"], QUICK["seeds"]) if args.quick else (args.steps, args.seeds)
     lrs = tuple(args.lrs) if args.lrs else LEARNING_RATES
-    if not (steps > 0 and seeds > 0 and lrs and all(lr > 0 for lr in lrs) and args.noise_std >= 0):
-        echo(f"verl-rfpp curves --task noisy: --steps {steps}, --seeds {seeds} and every --lrs value {list(lrs)} "
-             f"must be positive and --noise-std {args.noise_std} non-negative")
+    if not (lrs and all(lr > 0 for lr in lrs) and args.noise_std >= 0):  # --steps, --seeds: at parse time
+        echo(f"verl-rfpp curves --task noisy: every --lrs value {list(lrs)} must be positive and --noise-std "
+             f"{args.noise_std} non-negative")
         return 2
     echo(f"verl-rfpp curves --task noisy: {len(methods)} methods x {seeds} seeds x {steps} steps x lr "
          f"{', '.join(f'{lr:g}' for lr in lrs)}, reward noise std {args.noise_std:g}; runs in {out / 'runs'}")

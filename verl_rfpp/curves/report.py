@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from verl_rfpp.cpu import patches
+from verl_rfpp.curves.series import band, mean, series, std
 
 REWARD = "critic/score/mean"
 KL_LOSS = "actor/kl_loss"  # k2, in the loss (baseline recipe, grpo)
@@ -17,21 +17,6 @@ RFPP_METRICS = ("rfpp/raw_adv_mean", "rfpp/raw_adv_std", "rfpp/adv_mean", "rfpp/
 WINDOW = 5  # steps averaged at the start and at the end
 KEPT = (REWARD, KL_LOSS, KL_REWARD, ADV_STD, "critic/advantages/mean", "response_length/mean", "timing_s/step",
         *RFPP_METRICS)  # the tags results.json keeps (each run's run.json has all of them)
-
-
-def _series(record: dict, tag: str) -> list[float]:
-    return [value for _, value in sorted(record["metrics"].get(tag, []))]
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
-def _std(values: list[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mu = _mean(values)
-    return math.sqrt(sum((v - mu) ** 2 for v in values) / (len(values) - 1))
 
 
 def by_method(records: list[dict]) -> dict[str, list[dict]]:
@@ -46,41 +31,21 @@ def summarize(records: list[dict]) -> dict[str, dict]:
     the KL and advantage std over the last WINDOW steps, seconds per run, the proofs."""
     table = {}
     for label, runs in by_method(records).items():
-        first = [_mean(_series(r, REWARD)[:WINDOW]) for r in runs]
-        last = [_mean(_series(r, REWARD)[-WINDOW:]) for r in runs]
+        first = [mean(series(r, REWARD)[:WINDOW]) for r in runs]
+        last = [mean(series(r, REWARD)[-WINDOW:]) for r in runs]
         kl_tag = KL_REWARD if runs[0]["method"]["estimator"] == "reinforce_plus_plus" else KL_LOSS
         table[label] = {
             "seeds": len(runs),
-            "reward_first": _mean(first), "reward_first_std": _std(first),
-            "reward_last": _mean(last), "reward_last_std": _std(last),
+            "reward_first": mean(first), "reward_first_std": std(first),
+            "reward_last": mean(last), "reward_last_std": std(last),
             "gain": [b - a for a, b in zip(first, last)],
-            "kl_tag": kl_tag, "kl_last": _mean([_mean(_series(r, kl_tag)[-WINDOW:]) for r in runs]),
-            "adv_std": _mean([_mean(_series(r, ADV_STD)) for r in runs]),
+            "kl_tag": kl_tag, "kl_last": mean([mean(series(r, kl_tag)[-WINDOW:]) for r in runs]),
+            "adv_std": mean([mean(series(r, ADV_STD)) for r in runs]),
             "rfpp_metrics_in_tensorboard": all(all(tag in r["metrics"] for tag in RFPP_METRICS) for r in runs),
-            "seconds": _mean([r["seconds"] for r in runs]),
+            "seconds": mean([r["seconds"] for r in runs]),
             "proof": sorted({r["proof"] for r in runs}),
         }
     return table
-
-
-COLORS = {"reinforce_plus_plus_baseline": "tab:blue", "reinforce_plus_plus": "tab:red", "grpo": "tab:green"}
-
-
-def _band(axis, runs: list[dict], tag: str, label: str) -> None:
-    """Mean over seeds as a line (color: estimator; solid: ours, dashed: verl's), min..max as a band."""
-    series = [_series(r, tag) for r in runs]
-    series = [s for s in series if s]
-    if not series:
-        return
-    length = min(len(s) for s in series)
-    steps = list(range(1, length + 1))
-    columns = [[s[i] for s in series] for i in range(length)]
-    method = runs[0]["method"]
-    color = COLORS.get(method["estimator"], "tab:gray")
-    axis.plot(steps, [_mean(c) for c in columns], label=label, color=color,
-              linestyle="-" if method["ours"] else "--")
-    axis.fill_between(steps, [min(c) for c in columns], [max(c) for c in columns], color=color,
-                      alpha=0.12 if method["ours"] else 0.07, linewidth=0)
 
 
 def plots(out: Path, records: list[dict]) -> list[Path]:
@@ -102,7 +67,7 @@ def plots(out: Path, records: list[dict]) -> list[Path]:
 
     figure, axis = plt.subplots(figsize=(7.5, 4.2))
     for label, runs in grouped.items():
-        _band(axis, runs, REWARD, label)
+        band(axis, runs, REWARD, label)
     axis.set(xlabel="training step", ylabel="mean reward of the step's responses",
              title=f"Reward (line: mean over {seeds} seeds; band: min..max)")
     axis.grid(alpha=0.3)
@@ -112,7 +77,7 @@ def plots(out: Path, records: list[dict]) -> list[Path]:
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
     for label, runs in grouped.items():
         estimator = runs[0]["method"]["estimator"]
-        _band(axes[1] if estimator == "reinforce_plus_plus" else axes[0], runs,
+        band(axes[1] if estimator == "reinforce_plus_plus" else axes[0], runs,
               KL_REWARD if estimator == "reinforce_plus_plus" else KL_LOSS, label)
     axes[0].set(xlabel="training step", ylabel=KL_LOSS, title="k2 KL loss (baseline recipe, GRPO)")
     axes[1].set(xlabel="training step", ylabel=KL_REWARD, title="k1 KL in the reward (REINFORCE++ recipe)")
@@ -124,7 +89,7 @@ def plots(out: Path, records: list[dict]) -> list[Path]:
 
     figure, axis = plt.subplots(figsize=(7.5, 4.2))
     for label, runs in grouped.items():
-        _band(axis, runs, ADV_STD, label)
+        band(axis, runs, ADV_STD, label)
     axis.set(xlabel="training step", ylabel="std of the advantages over valid tokens",
              title="Advantage std per step (population std, all methods measured alike)")
     axis.grid(alpha=0.3)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from verl_rfpp import losses, validation
+from verl_rfpp import inputs, losses, validation
 from verl_rfpp.errors import RfppError
 from verl_rfpp.patching import Internal, marked
 from verl_rfpp.plugin.state import public
@@ -79,11 +79,12 @@ def rfpp_policy_loss(
     if rollout_is_weights is not None:
         loss_mat = loss_mat * torch.where(response_mask.bool(), rollout_is_weights, 0.0)
     batch_info = dict(getattr(config, "global_batch_info", None) or {})
+    dp_size = batch_info.get("dp_size")
     loss = losses.response_mean(
         loss_mat,
         response_mask,
         global_batch_size=batch_info.get("global_batch_size"),
-        dp_size=batch_info.get("dp_size") or 1,
+        dp_size=1 if dp_size is None else dp_size,
     )
     metrics = {f"actor/{name}": value.detach().item() for name, value in diagnostics.items()}
     return loss, metrics
@@ -127,6 +128,7 @@ def _selecting_masked_inputs(original: Callable[..., Any]) -> Callable[..., Any]
     @functools.wraps(original)
     def ppo_loss(config: Any, model_output: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
         if is_rfpp_actor(config):
+            inputs.check_response_mask(data["response_mask"])  # verl reads it as .to(bool): NaN is valid
             data = with_response_count(select_masked_inputs(data))
         return original(config, model_output, data, *args, **kwargs)
 

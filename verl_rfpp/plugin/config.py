@@ -1,18 +1,16 @@
-"""verl's config validation: ``main_ppo`` refuses a config that breaks docs/contract.md
-section 6, before Ray starts, one whose estimator is not ours (section 8.2), and one whose
-estimator is ours misspelt. Any other config, and one this wrapper cannot read (not an OmegaConf
-node, an ``adv_estimator`` that does not resolve), goes to verl's own validation untouched."""
+"""verl's config validation: ``main_ppo`` refuses, before Ray starts, a config that ``verdict.judge``
+refuses (ours misspelt, ours but not active, ours breaking docs/contract.md section 6), and logs
+its warnings. Any other config, and one the verdict cannot read (not an OmegaConf node, an
+``adv_estimator`` that does not resolve), goes to verl's own validation untouched."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
-from omegaconf import DictConfig
-
-from verl_rfpp import validation
 from verl_rfpp.patching import Internal, marked
-from verl_rfpp.plugin.registries import ensure_active
+from verl_rfpp.plugin import verdict
+from verl_rfpp.plugin.state import logger
 
 VERL_CONFIG = "verl.utils.config"
 INTERNALS = (Internal(VERL_CONFIG, "validate_config", ("config",)),)
@@ -23,35 +21,11 @@ VALIDATE_CONFIG_IMPORTERS = ("verl.utils", "verl.trainer.main_ppo", "verl.traine
 def _validating(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
-        estimator = validation.estimator_of(config)
-        if estimator is not None:
-            ensure_active(estimator, config)
-            validation.enforce(config)
-        else:
-            misspelt = _misspelt_estimator(config)
-            if misspelt is not None:
-                raise misspelt
+        found = verdict.judge(config)
+        if found.refusal is not None:
+            raise found.refusal
+        for note in found.warnings:
+            logger.warning("verl_rfpp: %s", note)
         return original(config, *args, **kwargs)
 
     return marked(validate_config)
-
-
-def _misspelt_estimator(config: Any) -> Optional[validation.MisspeltEstimatorError]:
-    """The did-you-mean refusal of ``verl-rfpp check`` for a readable ``adv_estimator`` that verl
-    does not know and that is one of ours misspelt; ``None`` otherwise."""
-    if not isinstance(config, DictConfig):
-        return None
-    try:
-        name = validation.estimator_name(config)
-    except validation.UnreadableConfigError:
-        return None
-    misspelt = validation.misspelt_estimator(name)
-    return None if misspelt is None or registered_in_verl(name) else misspelt
-
-
-def registered_in_verl(name: Any) -> bool:
-    """Whether verl's advantage registry holds ``name`` (another plugin may own a near name)."""
-    from verl.trainer.ppo import core_algos
-
-    return isinstance(name, str) and name in core_algos.ADV_ESTIMATOR_REGISTRY
-

@@ -16,6 +16,7 @@ from verl_rfpp import estimators, validation
 from verl_rfpp.errors import RfppError
 from verl_rfpp.metrics import STEP_METRICS
 from verl_rfpp.patching import Internal
+from verl_rfpp.plugin import sessions
 from verl_rfpp.plugin.state import public
 from verl_rfpp.plugin.versions import no_loader_problem
 
@@ -91,6 +92,7 @@ def compute_reinforce_plus_plus_baseline_advantage(
     response_mask: torch.Tensor,
     config: Any = None,
     index: Any = None,
+    session: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl's registry entry ``reinforce_plus_plus_baseline`` (docs/contract.md sections 3, 4, 9).
@@ -100,12 +102,16 @@ def compute_reinforce_plus_plus_baseline_advantage(
         response_mask: ``(bs, response_length)``.
         config: the ``algorithm`` node (unused by the estimate itself).
         index: ``(bs,)`` uids, verl's ``data.non_tensor_batch["uid"]``.
+        session: ``(bs,)`` session labels (section 3.7); by default the agent sessions of verl's
+            v1 step batch (``sessions.current``), none outside it.
 
     Returns:
         ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``m * C``.
     """
     _guard_first_call("reinforce_plus_plus_baseline", config)
-    result = estimators.reinforce_plus_plus_baseline(token_level_rewards, response_mask, index)
+    if session is None and isinstance(token_level_rewards, torch.Tensor) and token_level_rewards.dim() >= 1:
+        session = sessions.current(token_level_rewards.shape[0])
+    result = estimators.reinforce_plus_plus_baseline(token_level_rewards, response_mask, index, session=session)
     _after_call("reinforce_plus_plus_baseline", result)
     return result.advantages, result.returns
 

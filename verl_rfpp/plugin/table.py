@@ -13,7 +13,7 @@ from typing import Optional
 
 from verl_rfpp import validation
 from verl_rfpp.patching import FINDER, Attribute, Entry, MetaPathEntry, Patch, failures
-from verl_rfpp.plugin import actor_loss, config, engine, registries, runtime_env, tracking, workers
+from verl_rfpp.plugin import actor_loss, config, engine, registries, runtime_env, sessions, tracking, workers
 
 CORE_ALGOS = registries.CORE_ALGOS
 UNCHANGED = "verl's own function, called with the same arguments; its result returned unchanged"
@@ -55,11 +55,14 @@ LEGACY_WORKERS = Patch(
 V1_WORKERS = Patch(
     "worker plugin check (v1 trainer init)", workers.V1_TRAINER, Attribute("PPOTrainer.init"),
     workers._checking_workers, workers.V1_INTERNALS, UNCHANGED + " unless the estimator is ours")
+SESSIONS = Patch(
+    "baseline counts each agent session once (v1 trainer)", sessions.V1_TRAINER, Attribute(sessions.FUNCTION),
+    sessions._counting_sessions, sessions.INTERNALS, UNCHANGED + " unless the estimator is reinforce_plus_plus_baseline")
 
 # The finder first (the others may wait for it), then the validation wrapper, so that a later
 # failure is caught by its activation guard.
 TABLE: tuple[Patch, ...] = (FINDER_PATCH, VALIDATE_CONFIG, *ESTIMATOR_PATCHES, POLICY_LOSS, TRACKING, PPO_LOSS,
-                            ENGINE, RUNTIME_ENV, LEGACY_WORKERS, V1_WORKERS)
+                            ENGINE, RUNTIME_ENV, LEGACY_WORKERS, V1_WORKERS, SESSIONS)
 PATCHES = {patch.name: patch for patch in TABLE}
 assert len(PATCHES) == len(TABLE), "patch names are doctor's labels: one each"
 

@@ -1,0 +1,91 @@
+"""The test tiers (README, Tests): in a run that deselects ``slow``, a test of the fast tier that
+starts a process fails naming itself, even when the code under test swallows the error; a test
+marked ``slow`` starts what it needs. The guard is tests/conftest.py's, run here in an inner
+pytest session (pytester) with the same conftest and markers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+# The outer test runs the inner session's slow test, which starts a real process.
+pytestmark = pytest.mark.slow
+
+TESTS = Path(__file__).resolve().parent
+INNER = """
+import multiprocessing, os, subprocess, sys
+
+import pytest
+
+
+def test_starts_a_subprocess():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+
+def test_swallows_the_refusal():
+    try:
+        subprocess.run(["true"])
+    except BaseException:
+        pass
+
+
+def test_starts_a_multiprocessing_child():
+    process = multiprocessing.get_context("spawn").Process(target=print)
+    process.start()
+    process.join()
+
+
+def test_starts_ray():
+    import ray
+
+    ray.init(num_cpus=1)
+
+
+def test_os_system():
+    os.system("true")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    subprocess.run(["true"])
+
+
+def test_sets_up_a_module_fixture_that_starts_a_process(cluster):
+    pass
+
+
+def test_pure():
+    assert sum(range(4)) == 6
+
+
+@pytest.mark.slow
+def test_marked_slow_starts_what_it_needs():
+    assert subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True).stdout == "42\\n"
+"""
+
+
+@pytest.fixture
+def inner(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest((TESTS / "conftest.py").read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n    e2e: e2e\n")
+    pytester.makepyfile(test_inner=INNER)
+    return pytester
+
+
+def test_the_fast_tier_fails_every_test_that_starts_a_process_naming_it(inner: pytest.Pytester) -> None:
+    result = inner.runpytest("-p", "no:cacheprovider", "-m", "not slow and not e2e")
+    result.assert_outcomes(passed=1, failed=5, errors=1, deselected=1)
+    text = result.stdout.str()
+    for name, what in [("test_starts_a_subprocess", "a subprocess"), ("test_swallows_the_refusal", "a subprocess"),
+                       ("test_starts_a_multiprocessing_child", "a multiprocessing process"),
+                       ("test_starts_ray", "a Ray cluster (ray.init)"), ("test_os_system", "os.system"),
+                       ("test_sets_up_a_module_fixture_that_starts_a_process", "a subprocess")]:
+        assert f"test_inner.py::{name} starts {what}" in text, text
+    assert "but is not marked slow: mark it @pytest.mark.slow" in text
+
+
+def test_a_run_that_keeps_slow_tests_starts_processes_freely(inner: pytest.Pytester) -> None:
+    result = inner.runpytest("-p", "no:cacheprovider", "-k", "subprocess or slow or pure or swallows")
+    result.assert_outcomes(passed=4, deselected=4)

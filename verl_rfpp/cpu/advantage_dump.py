@@ -1,0 +1,73 @@
+"""Opt-in record of verl's v1 advantage step, for tests of the session semantics
+(docs/contract.md section 3.7). Never imported by the CPU backend itself.
+
+With ``VERL_USE_EXTERNAL_MODULES=verl_rfpp.cpu,verl_rfpp.cpu.advantage_dump`` and
+``VERL_RFPP_ADVANTAGE_DUMP=<dir>``, each call of the v1 trainer's
+``compute_advantage_for_multi_trajectories`` (in the driver) saves what it was given (the rows'
+TransferQueue keys, uids, rewards, mask, the estimator's name) and what it computed (advantages,
+returns) to ``<dir>/advantages-<pid>-<n>.pt``. It observes only: no number changes. verl imports
+the modules of ``VERL_USE_EXTERNAL_MODULES`` before its plugins, so the plugin's session hook
+wraps this record.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import itertools
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+DUMP_ENV = "VERL_RFPP_ADVANTAGE_DUMP"
+V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"
+FUNCTION = "compute_advantage_for_multi_trajectories"
+_calls = itertools.count(1)
+
+
+def _recording(original):
+    @functools.wraps(original)
+    def compute_advantage_for_multi_trajectories(data, batch_keys, adv_estimator, *args, **kwargs):
+        import torch
+
+        given = {
+            "keys": [str(key) for key in batch_keys],
+            "uid": [str(uid) for uid in data.non_tensor_batch["uid"]],
+            "token_level_rewards": data.batch["token_level_rewards"].clone(),
+            "response_mask": data.batch["response_mask"].clone(),
+            "adv_estimator": str(adv_estimator),
+        }
+        result = original(data, batch_keys, adv_estimator, *args, **kwargs)
+        given.update(advantages=result.batch["advantages"].clone(), returns=result.batch["returns"].clone())
+        directory = Path(os.environ[DUMP_ENV])
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.save(given, directory / f"advantages-{os.getpid()}-{next(_calls)}.pt")
+        return result
+
+    return compute_advantage_for_multi_trajectories
+
+
+class _AfterTrainerImport(importlib.abc.MetaPathFinder):
+    """Wraps the function right after verl first imports its v1 trainer module (importing it here,
+    inside ``import verl``, would run verl's engine modules before the CPU platform exists)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != V1_TRAINER:
+            return None
+        sys.meta_path.remove(self)
+        spec = next((spec for finder in list(sys.meta_path)
+                     if hasattr(finder, "find_spec") and type(finder).__name__ != "_AfterImport"
+                     for spec in [finder.find_spec(fullname, path, target)] if spec is not None), None)
+        exec_module = spec.loader.exec_module
+
+        def exec_then_wrap(module: Any) -> None:
+            exec_module(module)
+            setattr(module, FUNCTION, _recording(getattr(module, FUNCTION)))
+
+        spec.loader.exec_module = exec_then_wrap
+        return spec
+
+
+if os.environ.get(DUMP_ENV) and V1_TRAINER not in sys.modules:
+    sys.meta_path.insert(0, _AfterTrainerImport())
