@@ -68,10 +68,11 @@ if mode == "eager":
     from verl_rfpp.patching import Attribute
     result["status"] = plugin.hooks_status()
     attributes = [patch for patch in plugin.TABLE if isinstance(patch.slot, Attribute)]
-    # every verl module that held verl's object under the patched name
+    # every verl module that held verl's object under the patched name (not where it is defined)
     result["binders"] = {patch.name: sorted(name for name, attrs in before.items() if name.startswith("verl")
                                              and name != patch.module and ":" not in name
-                                             and attrs.get(patch.slot.name, ABSENT) is patch.original())
+                                             and attrs.get(patch.slot.name, ABSENT) is patch.original()
+                                             and getattr(patch.original(), "__module__", None) != name)
                          for patch in attributes}
     result["declared"] = {patch.name: list(patch.bound_by) for patch in attributes}
     result["not_rebound"] = {patch.name: sorted(b for b in patch.bound_by if b in sys.modules
