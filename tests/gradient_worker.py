@@ -109,9 +109,9 @@ def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -
 
     config = compose_verl_config(list(spec["base_overrides"]) + list(scenario["overrides"]))
     if not scenario.get("fix", True):
-        plugin.unpatch_engine()  # verl's own denominator, to measure what the fix changes
+        plugin.table.ENGINE.undo()  # verl's own denominator, to measure what the fix changes
     else:
-        plugin.patch_engine()  # a no-op unless a previous scenario unpatched it
+        plugin.table.ENGINE.apply()  # a no-op unless a previous scenario unpatched it
     worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="actor")
     worker.init_model()
     engine = worker.actor.engine

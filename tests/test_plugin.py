@@ -57,12 +57,13 @@ def test_registration_is_idempotent_and_repairs_a_replaced_entry():
 
     saved = dict(core_algos.ADV_ESTIMATOR_REGISTRY)
     try:
-        plugin.register_estimators()
-        plugin.register_estimators()
+        for patch in plugin.table.ESTIMATOR_PATCHES:
+            patch.apply()
+            patch.apply()
         assert all(plugin.registered_ours(name) for name in OURS)
         core_algos.ADV_ESTIMATOR_REGISTRY["reinforce_plus_plus"] = saved["grpo"]
         assert not plugin.registered_ours("reinforce_plus_plus")
-        plugin.register_estimators()
+        plugin.PATCHES["estimator reinforce_plus_plus"].apply()
         assert plugin.registered_ours("reinforce_plus_plus")
         assert core_algos.ADV_ESTIMATOR_REGISTRY["grpo"] is saved["grpo"]
     finally:
@@ -162,11 +163,11 @@ def test_a_config_key_the_rules_read_missing_from_verls_config_is_refused_by_nam
     import verl.utils.config
     from omegaconf import open_dict
 
-    from verl_rfpp import plugin
+    from verl_rfpp import plugin, validation
     from verl_rfpp.plugin.compose import compose_verl_config
     from verl_rfpp.validation import ConfigViolationError
 
-    config = compose_verl_config(list(plugin.validation.RECIPES["reinforce_plus_plus_baseline"]))
+    config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
     with open_dict(config):
         del config.actor_rollout_ref.actor["use_kl_loss"]
         del config.actor_rollout_ref.actor["kl_loss_type"]

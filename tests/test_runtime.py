@@ -152,4 +152,4 @@ def test_deactivate_restores_verl_and_activate_is_idempotent(fresh_process_state
         plugin.activate()
         plugin.activate()
     assert all(plugin.hooks_status().values())
-    assert not hasattr(plugin._ORIGINALS["validate_config"], plugin.MARKER)
+    assert not hasattr(plugin.PATCHES["validate_config wrapper"].original(), plugin.MARKER)

@@ -34,10 +34,10 @@ def test_our_runs_ask_every_ray_process_for_the_plugin_at_the_drivers_version(es
 def test_other_estimators_get_verls_runtime_env_unchanged():
     from verl.trainer import constants_ppo
 
-    from verl_rfpp.plugin.state import ORIGINALS
+    from verl_rfpp.plugin.table import RUNTIME_ENV
 
     config = compose_verl_config(["algorithm.adv_estimator=grpo"])
-    assert constants_ppo.get_ppo_ray_runtime_env(config) == ORIGINALS["get_ppo_ray_runtime_env"](config)
+    assert constants_ppo.get_ppo_ray_runtime_env(config) == RUNTIME_ENV.original()(config)
 
 
 def test_main_ppo_binds_the_hooked_function():
@@ -68,3 +68,84 @@ def test_a_process_with_another_version_than_the_driver_fails_import_verl_naming
     assert result.returncode != 0
     assert (f"has verl-rfpp {verl_rfpp.__version__} but the run's driver has 9.9.9" in result.stderr
             and "Fix: install verl-rfpp 9.9.9 on host" in result.stderr), result.stderr[-2000:]
+
+
+USER_ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"
+# verl's real main_ppo.run_ppo: it builds the job's runtime_env (get_ppo_ray_runtime_env merged
+# with the user's ray_kwargs.ray_init.runtime_env) and starts Ray with it; the TaskRunner given to
+# it reports what its Ray process of the job sees. Ray stays on 127.0.0.1.
+RUN_PPO = r'''
+import json, os, sys
+import verl
+from verl.trainer import main_ppo
+from verl_rfpp.plugin.compose import compose_verl_config
+
+out, overrides = sys.argv[1], json.loads(sys.argv[2])
+namespace = {}
+exec(compile("""
+import json, os
+class EnvProbe:
+    def run(self, config):
+        keys = ("VERL_USE_EXTERNAL_MODULES", "VERL_RFPP_DRIVER_VERSION", "MY_ORG_SETTING")
+        with open(%r, "w") as handle:
+            json.dump({key: os.environ.get(key) for key in keys}, handle)
+""" % out, "<probe>", "exec"), namespace)
+import ray
+config = compose_verl_config(overrides + ["+ray_kwargs.ray_init._node_ip_address=127.0.0.1",
+                                          "+ray_kwargs.ray_init.include_dashboard=false",
+                                          "ray_kwargs.ray_init.num_cpus=1"])
+try:
+    main_ppo.run_ppo(config, task_runner_class=ray.remote(num_cpus=0)(namespace["EnvProbe"]))
+finally:
+    ray.shutdown()
+'''
+
+
+def _job_sees(tmp_path, overrides):
+    import json
+
+    script, out = tmp_path / "run_ppo.py", tmp_path / "job_env.json"
+    script.write_text(RUN_PPO)
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ADDRESS": ""}
+    env.pop("VERL_USE_EXTERNAL_MODULES", None)
+    run = subprocess.run([sys.executable, str(script), str(out), json.dumps(overrides)], capture_output=True,
+                         text=True, timeout=600, env=env, cwd=tmp_path)
+    assert run.returncode == 0 and out.exists(), run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(out.read_text()), run
+
+
+@pytest.mark.slow
+def test_a_users_runtime_env_is_merged_with_the_plugins_in_main_ppos_real_job(tmp_path):
+    """The user's modules stay and ``verl_rfpp.plugin`` joins them; the user's other variables
+    stay; a user-set driver version is replaced by the driver's real one, with a WARNING."""
+    overrides = list(validation.RECIPES[validation.BASELINE]) + [
+        f"{USER_ENV}.{runtime_env.MODULES_ENV}=my_org.verl_plugin", f"{USER_ENV}.MY_ORG_SETTING=kept",
+        f"{USER_ENV}.{runtime_env.DRIVER_VERSION_ENV}=0.0.1"]
+    seen, run = _job_sees(tmp_path, overrides)
+    assert seen == {runtime_env.MODULES_ENV: "my_org.verl_plugin,verl_rfpp.plugin",
+                    runtime_env.DRIVER_VERSION_ENV: verl_rfpp.__version__, "MY_ORG_SETTING": "kept"}
+    assert "VERL_RFPP_DRIVER_VERSION=0.0.1 is verl-rfpp's own variable" in run.stderr
+
+
+def test_config_notes_name_what_a_users_runtime_env_changes():
+    config = compose_verl_config(list(validation.RECIPES[validation.BASELINE]) + [
+        f"{USER_ENV}.{runtime_env.MODULES_ENV}=my_org.verl_plugin",
+        f"{USER_ENV}.{runtime_env.DRIVER_VERSION_ENV}=0.0.1", f"{USER_ENV}.{runtime_env.PLUGINS_ENV}=none",
+        "+ray_kwargs.ray_init.runtime_env.conda=my_env"])
+    notes = runtime_env.config_notes(config)
+    assert len(notes) == 4, notes
+    assert "the job gets my_org.verl_plugin,verl_rfpp.plugin" in notes[0]
+    assert "VERL_RFPP_DRIVER_VERSION=0.0.1 is verl-rfpp's own variable" in notes[1] and "Fix: remove" in notes[1]
+    assert "loaded in every process of the job anyway" in notes[2]
+    assert "runtime_env.conda gives the job's workers another Python environment" in notes[3]
+    assert runtime_env.config_notes(compose_verl_config(list(validation.RECIPES[validation.BASELINE]))) == []
+
+
+def test_a_grpo_run_keeps_its_runtime_env_and_config_untouched():
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    config = compose_verl_config(["algorithm.adv_estimator=grpo", f"{USER_ENV}.{runtime_env.MODULES_ENV}=my_org.x",
+                                  f"{USER_ENV}.{runtime_env.DRIVER_VERSION_ENV}=0.0.1"])
+    before = repr(config)
+    assert runtime_env.DRIVER_VERSION_ENV not in get_ppo_ray_runtime_env(config)["env_vars"]
+    assert repr(config) == before and runtime_env.config_notes(config) == []

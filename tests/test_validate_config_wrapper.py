@@ -12,7 +12,7 @@ import verl.utils.config as verl_config
 from verl_rfpp import cli, validation
 from verl_rfpp import plugin
 from verl_rfpp.plugin.compose import compose_verl_config
-from verl_rfpp.plugin.state import ORIGINALS
+from verl_rfpp.plugin.table import VALIDATE_CONFIG
 
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])
 RFPP = list(validation.RECIPES["reinforce_plus_plus"])
@@ -25,7 +25,7 @@ SIZES = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.train_b
 @pytest.fixture(autouse=True)
 def wrapped(monkeypatch):
     monkeypatch.delenv("VERL_RFPP_TEST_UNSET_VARIABLE", raising=False)
-    assert plugin.validate_config_wrapped(), "verl did not load the plugin"
+    assert VALIDATE_CONFIG.applied(), "verl did not load the plugin"
     return verl_config.validate_config
 
 
@@ -54,7 +54,7 @@ def _innermost_file(error):
 )
 def test_a_config_the_wrapper_cannot_read_reaches_verls_validation_untouched(wrapped, config):
     config = config() if callable(config) else config
-    ours, verls = _raised(wrapped, config), _raised(ORIGINALS["validate_config"], config)
+    ours, verls = _raised(wrapped, config), _raised(VALIDATE_CONFIG.original(), config)
     assert type(ours) is type(verls) and str(ours) == str(verls)
     if verls is not None:
         assert "verl_rfpp" not in _innermost_file(ours)  # verl's own code raised it
@@ -64,7 +64,7 @@ def test_a_config_the_wrapper_cannot_read_reaches_verls_validation_untouched(wra
 def test_other_estimators_reach_verl_with_verls_own_verdict(wrapped, estimator):
     config = compose_verl_config([f"algorithm.adv_estimator={estimator}", "actor_rollout_ref.rollout.n=1",
                                       f"actor_rollout_ref.rollout.n={UNSET}", *SIZES])
-    ours, verls = _raised(wrapped, config), _raised(ORIGINALS["validate_config"], config)
+    ours, verls = _raised(wrapped, config), _raised(VALIDATE_CONFIG.original(), config)
     assert type(ours) is type(verls) and str(ours) == str(verls)
 
 

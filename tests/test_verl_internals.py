@@ -1,41 +1,145 @@
 """A verl that moved something the plugin relies on fails loudly, never half-patched
 (docs/contract.md section 8.5).
 
-Each case deletes one verl internal, or replaces it by another call shape or kind, right after
-verl imports its module and before the plugin's hook sees it (tests/verl_breaker.py), in a fresh
-process. Then: ``hooks_status()`` (doctor's lines) shows that hook as FAIL naming the internal,
-the failed hook patched nothing, every unbroken hook is attached, our estimator refuses to run and
-``validate_config`` raises ``ActivationError`` naming the internal. To keep the processes few, one
-process breaks one internal of each of several hooks at once (``ROUNDS``): hooks attach
-independently, so each hook's verdict is its own.
+The cases derive from the patch table (``verl_rfpp.plugin.table.TABLE``): every internal a patch
+declares is deleted, and replaced by another call shape (``reshape``) or kind (``retype``) where
+the patch relies on one. Each case runs in this process: ``deactivate()`` (which restores every
+binding, tests/test_patch_table.py), the internal broken, ``activate()``, the checks, then verl
+restored and the plugin activated again. Then: ``hooks_status()`` (doctor's lines) shows each patch
+that declares the internal as FAIL naming it, that patch changed nothing, every other patch is in,
+an ERROR was logged, our estimator refuses to run, ``validate_config`` and ``verl-rfpp doctor``
+refuse naming the internal. A few cases run in a fresh process through tests/verl_breaker.py,
+which breaks the internal right after verl first imports its module, before the plugin's
+post-import finder patches it: the lazy path, ``doctor`` on a trainer module imported or not.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+
+import verl  # noqa: F401  (loads the plugin through its entry point)
+from verl_rfpp import cli, plugin, validation
+from verl_rfpp.patching import ABSENT, _resolve
+from verl_rfpp.plugin.compose import compose_verl_config
+from verl_rfpp.plugin.table import TABLE
+
+pytestmark = pytest.mark.slow  # three fresh processes, each importing verl's trainers
 
 HERE = Path(__file__).resolve().parent
 BREAKER = HERE / "verl_breaker.py"
+
+
+def _actions(internal) -> list[str]:
+    actions = ["delete"]
+    if internal.parameters:
+        actions.append("reshape")
+    if internal.kind is not None:
+        actions.append("retype")
+    return actions
+
+
+# (module, path, action): every internal any patch declares, with each way it can move
+CASES = sorted({(internal.module, internal.path, action) for patch in TABLE for internal in patch.internals
+                for action in _actions(internal)})
+
+
+def _declaring(module: str, path: str) -> set[str]:
+    return {patch.name for patch in TABLE if any((i.module, i.path) == (module, path) for i in patch.internals)}
+
+
+def test_every_patch_but_the_finder_declares_internals_and_every_internal_is_a_case():
+    assert all(patch.internals for patch in TABLE if patch.module != "sys")
+    assert {(module, path) for module, path, _ in CASES} == {
+        (internal.module, internal.path) for patch in TABLE for internal in patch.internals}
+
+
+@contextmanager
+def _broken(module: str, path: str, action: str):
+    """verl with ``module.path`` deleted/reshaped/retyped, the plugin activated over it."""
+    import importlib
+
+    parent, _, name = path.rpartition(".")
+    owner = _resolve(importlib.import_module(module), parent) if parent else sys.modules[module]
+    plugin.deactivate()
+    before = vars(owner).get(name, ABSENT)  # verl's own, now
+    try:
+        assert before is not ABSENT, f"{module}.{path} is not defined where the case breaks it"
+        if action == "delete":
+            delattr(owner, name)
+        else:
+            setattr(owner, name, (lambda *args, **kwargs: None) if action == "reshape" else object())
+        plugin.activate()
+        yield
+    finally:
+        plugin.deactivate()
+        setattr(owner, name, before)
+        plugin.activate()
+    assert all(plugin.hooks_status().values()), plugin.hooks_status()
+
+
+def _estimator_call() -> str:
+    try:
+        plugin.compute_reinforce_plus_plus_baseline_advantage(
+            token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3),
+            index=np.array(["a", "a"], dtype=object))
+    except plugin.ActivationError as error:
+        return "ActivationError: " + str(error)
+    return "ran"
+
+
+@pytest.fixture(scope="module")
+def recipe_config():
+    return compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
+
+
+@pytest.mark.parametrize("module,path,action", CASES, ids=[f"{m}.{p}:{a}" for m, p, a in CASES])
+def test_a_moved_internal_fails_its_patches_loudly_and_patches_nothing(module, path, action, recipe_config,
+                                                                       caplog, capsys):
+    name, failing = f"{module}.{path}", _declaring(module, path)
+    with caplog.at_level(logging.ERROR, logger="verl_rfpp"), _broken(module, path, action):
+        status = plugin.hooks_status()
+        failed = {label.split(": ", 1)[0]: label for label, ok in status.items() if not ok}
+        assert set(failed) == failing, status
+        for patch in TABLE:
+            assert patch.applied() is (patch.name not in failing), patch.name  # nothing of a failed one is in
+        for label in failed.values():
+            assert name in label, label
+        for patch_name in failing:
+            assert f"could not attach its {patch_name}" in caplog.text and name in caplog.text
+        call = _estimator_call()
+        assert call.startswith("ActivationError: ") and name in call, call
+        import verl.utils.config as verl_config
+
+        if plugin.table.VALIDATE_CONFIG.name not in failing:
+            with pytest.raises(plugin.ActivationError, match=name.replace(".", r"\.")):
+                verl_config.validate_config(recipe_config, use_reference_policy=True, use_critic=False)
+        capsys.readouterr()
+        assert cli.main(["doctor"]) == 1
+        out = capsys.readouterr().out
+        assert all(f"FAIL  {label}" in out for label in failed.values()), out
+        assert "verl-rfpp is NOT fully active." in out
+
 
 PROBE = r"""
 import json, sys
 import numpy as np, torch
 import verl  # loads the plugin through its entry point
-from verl_rfpp import plugin, validation
+from verl_rfpp import cli, plugin, validation
 from verl_rfpp.plugin.compose import compose_verl_config
-
-result = {"loaded": "verl_rfpp.plugin" in sys.modules, "status": plugin.hooks_status(), "patched": {}}
-for hook in plugin.HOOKS:
-    try:
-        result["patched"][hook.name] = bool(hook.attached())
-    except Exception:  # an attached() that reads the missing internal: nothing of ours is there
-        result["patched"][hook.name] = False
+for module in sys.argv[1:]:
+    __import__(module)
+result = {"loaded": "verl_rfpp.plugin" in sys.modules, "status": plugin.hooks_status(),
+          "patched": {patch.name: patch.applied() for patch in plugin.TABLE}}
 try:
     plugin.compute_reinforce_plus_plus_baseline_advantage(
         token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3),
@@ -45,134 +149,60 @@ except plugin.ActivationError as error:
     result["call"] = "ActivationError: " + str(error)
 import verl.utils.config as verl_config
 config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
-validate = getattr(verl_config, "validate_config", None)
 try:
-    validate(config, use_reference_policy=True, use_critic=False)
+    verl_config.validate_config(config, use_reference_policy=True, use_critic=False)
     result["validate"] = "passed"
-except plugin.ActivationError as error:
-    result["validate"] = "ActivationError: " + str(error)
 except Exception as error:
     result["validate"] = type(error).__name__ + ": " + str(error)
 print("RESULT " + json.dumps(result))
+sys.exit(cli.main(["doctor"]))
 """
 
-ENGINE = "verl.workers.engine.base"
-CORE = "verl.trainer.ppo.core_algos"
-PPO_LOSS_HOOK = "ppo_loss reads no masked slot (rfpp actor)"
-RUNTIME_ENV_HOOK = "Ray job loads the driver's plugin everywhere (runtime_env)"
-SESSIONS_MODULE = "verl.trainer.ppo.v1.trainer_base"
-SESSIONS_HOOK = "baseline counts each agent session once (v1 trainer)"
-# (module, attribute path, action, the hook that must fail); every internal the hooks declare,
-# deleted, and the call shapes and kinds they rely on, changed. ``validate_config`` and
-# ``get_device_id`` are replaced, not deleted: verl's own ``import verl`` imports them by name.
-CASES = [
-    ("verl.utils.config", "validate_config", "retype", "validate_config wrapper"),
-    ("verl.utils.config", "validate_config", "reshape", "validate_config wrapper"),
-    (CORE, "ADV_ESTIMATOR_REGISTRY", "delete", "estimator registry entries"),
-    (CORE, "ADV_ESTIMATOR_REGISTRY", "retype", "estimator registry entries"),
-    (CORE, "get_adv_estimator_fn", "delete", "estimator registry entries"),
-    (CORE, "POLICY_LOSS_REGISTRY", "delete", "policy loss rfpp"),
-    (CORE, "register_policy_loss", "delete", "policy loss rfpp"),
-    (CORE, "get_policy_loss_fn", "delete", "policy loss rfpp"),
-    ("verl.utils.tracking", "Tracking.log", "delete", "Tracking.log metrics hook"),
-    ("verl.utils.tracking", "Tracking.log", "reshape", "Tracking.log metrics hook"),
-    (ENGINE, "BaseEngine.train_batch", "delete", "response-count denominator (engine train_batch)"),
-    (ENGINE, "BaseEngine.train_batch", "reshape", "response-count denominator (engine train_batch)"),
-    (ENGINE, "BaseEngine.get_data_parallel_group", "delete", "response-count denominator (engine train_batch)"),
-    ("verl.utils.tensordict_utils", "get_non_tensor_data", "delete", "response-count denominator (engine train_batch)"),
-    ("verl.utils.tensordict_utils", "assign_non_tensor", "delete", "response-count denominator (engine train_batch)"),
-    ("verl.utils.device", "get_device_id", "retype", "response-count denominator (engine train_batch)"),
-    ("verl.workers.utils.losses", "ppo_loss", "delete", "response-count denominator (engine train_batch)"),
-    ("verl.workers.utils.losses", "ppo_loss", "reshape", "response-count denominator (engine train_batch)"),
-    ("verl.workers.utils.losses", "ppo_loss", "delete", PPO_LOSS_HOOK),
-    ("verl.workers.utils.losses", "ppo_loss", "reshape", PPO_LOSS_HOOK),
-    ("verl.utils.tensordict_utils", "get_non_tensor_data", "delete", PPO_LOSS_HOOK),
-    ("verl.utils.tensordict_utils", "assign_non_tensor", "delete", PPO_LOSS_HOOK),
-    ("verl.trainer.constants_ppo", "get_ppo_ray_runtime_env", "delete", RUNTIME_ENV_HOOK),
-    ("verl.trainer.constants_ppo", "get_ppo_ray_runtime_env", "reshape", RUNTIME_ENV_HOOK),
-    (SESSIONS_MODULE, "compute_advantage_for_multi_trajectories", "delete", SESSIONS_HOOK),
-    (SESSIONS_MODULE, "compute_advantage_for_multi_trajectories", "reshape", SESSIONS_HOOK),
-]
+LEGACY = "verl.trainer.ppo.ray_trainer"
+INIT_WORKERS = f"{LEGACY}.RayPPOTrainer.init_workers"
+ENGINE_TRAIN_BATCH = "verl.workers.engine.base.BaseEngine.train_batch"
 
 
-def _rounds() -> list[list[tuple[str, str, str, str]]]:
-    """The cases, so that no process breaks two internals of the same hook."""
-    by_hook: dict[str, list] = {}
-    for case in CASES:
-        by_hook.setdefault(case[3], []).append(case)
-    depth = max(len(cases) for cases in by_hook.values())
-    return [[cases[i] for cases in by_hook.values() if i < len(cases)] for i in range(depth)]
-
-
-ROUNDS = _rounds()
-
-
-def _probe(tmp_path: Path, breaks: str) -> dict:
+def _breaker(tmp_path: Path, breaks: str, *args: str) -> subprocess.CompletedProcess:
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
-    env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
-    result = subprocess.run(
-        [sys.executable, str(BREAKER), breaks, "--script", str(script)],
-        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    assert result.returncode == 0 and lines, result.stdout[-3000:] + result.stderr[-3000:]
-    return {**json.loads(lines[-1][len("RESULT "):]), "stderr": result.stderr}
+    return subprocess.run([sys.executable, str(BREAKER), breaks, "--script", str(script), *args],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "HYDRA_FULL_ERROR": "1"},
+                          cwd=tmp_path)
 
 
-def test_every_declared_internal_has_a_case():
-    """The cases above cover every internal a hook declares (a new declaration needs its case)."""
-    import verl  # noqa: F401
-
-    from verl_rfpp import plugin
-
-    declared = {(internal.module, internal.path, hook.name) for hook in plugin.HOOKS for internal in hook.internals}
-    covered = {(module, path, hook) for module, path, _, hook in CASES}
-    assert declared == covered
+def _result(run: subprocess.CompletedProcess) -> dict:
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
 
 
-def test_the_probe_sees_a_healthy_verl_as_active(tmp_path):
-    result = _probe(tmp_path, "-")
+def test_a_healthy_verl_is_active_in_a_fresh_process(tmp_path):
+    run = _breaker(tmp_path, "-")
+    result = _result(run)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert result["loaded"] and all(result["status"].values()), result["status"]
     assert all(result["patched"].values()) and result["call"] == "ran"
-    assert not result["validate"].startswith("ActivationError"), result["validate"]
+    assert not result["validate"].startswith("ActivationError"), result["validate"]  # verl's own verdict
+    assert "verl-rfpp is active." in run.stdout
 
 
-@pytest.mark.parametrize("cases", ROUNDS, ids=[f"round{i}" for i in range(len(ROUNDS))])
-def test_a_moved_internal_fails_its_hook_loudly_and_patches_nothing(tmp_path, cases):
-    result = _probe(tmp_path, ",".join(f"{module}:{path}:{action}" for module, path, action, _ in cases))
-    # every hook that declares a broken internal fails (some internals are shared by two hooks)
-    sharing = {(module, path): sorted({hook for m, p, _, hook in CASES if (m, p) == (module, path)})
-               for module, path, _, _ in cases}
-    broken = {hook: f"{module}.{path}" for (module, path), hooks in sharing.items() for hook in hooks}
-    failed = {label.split(": ", 1)[0]: label for label, ok in result["status"].items() if not ok}
-    # a hook on a module that imports a broken internal by name (the v1 trainer) fails with it
-    also = {hook for hook in set(failed) - set(broken) if "cannot be imported" in failed[hook]}
-    assert set(failed) == set(broken) | also, result["status"]
-    for hook, name in broken.items():
-        # the internal's name, or its module failing to import because of another broken
-        # internal of this round (verl's losses module imports from core_algos by name)
-        assert name in failed[hook] or "cannot be imported" in failed[hook], failed[hook]
-        named = name if name in failed[hook] else failed[hook].split(": ", 1)[1]  # what the failure names
-        assert result["patched"][hook] is False  # nothing of this hook is in
-        assert result["call"].startswith("ActivationError: ") and named in result["call"]
-        assert f"could not attach its {hook}" in result["stderr"] and named in result["stderr"]  # logged at ERROR
-    assert all(ok for other, ok in result["patched"].items() if other not in broken and other not in also), \
-        result["patched"]
-    if "validate_config wrapper" in broken:
-        return  # verl's validate_config is gone or not wrappable: the estimator's refusal above is the guard
-    assert result["validate"].startswith("ActivationError: "), result["validate"]
-    for hook, name in broken.items():
-        named = name if name in failed[hook] else failed[hook].split(": ", 1)[1]
-        assert named in result["validate"], (named, result["validate"])
-
-
-def test_doctor_fails_naming_the_moved_internal(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(BREAKER), f"{ENGINE}:BaseEngine.train_batch:delete", "--module", "verl_rfpp.cli", "doctor"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert ("FAIL  response-count denominator (engine train_batch): "
-            f"{ENGINE}.BaseEngine.train_batch is missing") in result.stdout
-    assert "verl-rfpp is NOT fully active." in result.stdout
+@pytest.mark.parametrize("preimported", [False, True], ids=["trainer-imported-by-doctor", "trainer-imported-first"])
+def test_internals_moved_at_verls_import_fail_doctor_and_the_guard(tmp_path, preimported):
+    """verl's own import of the module runs first, then the breaker, then the plugin's finder:
+    what a newer verl looks like. ``doctor`` names each internal and exits 1 whether or not the
+    trainer module was imported before it (issue 22: it printed ``ok`` or an AttributeError)."""
+    breaks = f"{LEGACY}:RayPPOTrainer.init_workers:delete,verl.workers.engine.base:BaseEngine.train_batch:delete"
+    run = _breaker(tmp_path, breaks, *([LEGACY] if preimported else []))
+    result = _result(run)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert (f"FAIL  worker plugin check (trainer init_workers): {INIT_WORKERS} is missing") in run.stdout
+    assert (f"FAIL  response-count denominator (engine train_batch): {ENGINE_TRAIN_BATCH} is missing") in run.stdout
+    assert "verl-rfpp is NOT fully active." in run.stdout
+    for name in (INIT_WORKERS, ENGINE_TRAIN_BATCH):
+        assert name in result["call"] and name in result["validate"], result
+    assert result["validate"].startswith("ActivationError: ")
+    failed = {label.split(": ", 1)[0] for label, ok in result["status"].items() if not ok}
+    assert failed == {"worker plugin check (trainer init_workers)", "response-count denominator (engine train_batch)"}
+    assert all(ok for name, ok in result["patched"].items() if name not in failed)

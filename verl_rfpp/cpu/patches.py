@@ -1,7 +1,9 @@
-"""The minimal patches for verl 0.9.1's CUDA-only assumptions; each says what it works around.
+"""The CPU backend's changes to verl, one ``verl_rfpp.patching.Patch`` each (``TABLE``): the
+minimal patches for verl 0.9.1's CUDA-only assumptions, each saying what it works around, and two
+observing hooks for the run trace.
 
 Applied at import of ``verl_rfpp.cpu``, which verl performs early (``VERL_USE_EXTERNAL_MODULES``),
-before its worker modules bind these names.
+before its worker modules bind these names (the modules that bind one by name are rebound anyway).
 """
 
 from __future__ import annotations
@@ -11,18 +13,14 @@ import importlib
 import os
 
 from verl_rfpp.cpu import trace
+from verl_rfpp.patching import Attribute, Internal, Patch, failures
 
-MARKER = "__verl_rfpp_cpu__"
-
-
-def _once(module, name, make):
-    current = getattr(module, name)
-    if getattr(current, MARKER, False):
-        return
-    patched = make(current)
-    setattr(patched, MARKER, True)
-    setattr(module, name, patched)
-
+DISTRIBUTED = "verl.utils.distributed"
+FSDP_ENGINE = "verl.workers.engine.fsdp.transformer_impl"
+WORKER_LOSSES = "verl.workers.utils.losses"
+METRIC_UTILS = "verl.trainer.ppo.metric_utils"
+CORE_ALGOS = "verl.trainer.ppo.core_algos"
+EVERY_RUN = "the same as for ours: the CPU backend serves every run that imports it"
 
 def _gloo_only(original):
     # verl.utils.distributed.initialize_global_process_group_ray builds the backend string
@@ -100,14 +98,31 @@ def _with_advantage_std(original):
     return compute_data_metrics
 
 
-def apply() -> None:
-    """Idempotent; runs in every process that imports ``verl_rfpp.cpu``."""
-    import verl.trainer.ppo.metric_utils as metric_utils
-    import verl.utils.distributed as distributed
-    import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
-    import verl.workers.utils.losses as worker_losses
+TABLE: tuple[Patch, ...] = (
+    Patch("CPU backend: one gloo process group", DISTRIBUTED, Attribute("initialize_global_process_group_ray"),
+          _gloo_only, (Internal(DISTRIBUTED, "initialize_global_process_group_ray", ("timeout_second", "backend")),),
+          EVERY_RUN, ("verl.workers.engine_workers", "verl.checkpoint_engine.base")),
+    Patch("CPU backend: unpinned CPU offload", FSDP_ENGINE, Attribute("CPUOffloadPolicy"), _unpinned,
+          (Internal(FSDP_ENGINE, "CPUOffloadPolicy"),), EVERY_RUN),
+    Patch("CPU backend: traced policy-loss lookup", WORKER_LOSSES, Attribute("get_policy_loss_fn"),
+          _traced_policy_loss_lookup, (Internal(WORKER_LOSSES, "get_policy_loss_fn", ("name",)),),
+          EVERY_RUN + " (observes only)"),
+    Patch("CPU backend: advantage std metric", METRIC_UTILS, Attribute("compute_data_metrics"), _with_advantage_std,
+          (Internal(METRIC_UTILS, "compute_data_metrics", ("batch",)),
+           Internal(CORE_ALGOS, "ADV_ESTIMATOR_REGISTRY", kind=dict)),
+          EVERY_RUN + " (adds one metric)",
+          ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.trainer_base",
+           "verl.experimental.separation.ray_trainer")),
+)
 
-    _once(distributed, "initialize_global_process_group_ray", _gloo_only)
-    _once(fsdp_engine, "CPUOffloadPolicy", _unpinned)
-    _once(worker_losses, "get_policy_loss_fn", _traced_policy_loss_lookup)
-    _once(metric_utils, "compute_data_metrics", _with_advantage_std)
+
+def apply() -> None:
+    """Apply ``TABLE`` now (idempotent; runs in every process that imports ``verl_rfpp.cpu``); a
+    patch whose verl internals moved raises, so ``import verl`` fails naming it."""
+    for patch in TABLE:
+        importlib.import_module(patch.module)
+        patch.apply()
+    failed = failures(TABLE)
+    if failed:
+        raise RuntimeError("verl_rfpp.cpu cannot patch this verl: " + "; ".join(
+            f"{name}: {', '.join(problems)}" for name, problems in failed.items()))

@@ -5,19 +5,18 @@
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Any, Callable, Optional
 
 import torch
 
 from verl_rfpp import inputs, losses, validation
 from verl_rfpp.errors import RfppError
-from verl_rfpp.plugin import imports
-from verl_rfpp.plugin.hooks import Internal
-from verl_rfpp.plugin.state import ORIGINALS, is_ours, marked, public
+from verl_rfpp.patching import Internal, marked
+from verl_rfpp.plugin.state import public
 
 LOSSES = "verl.workers.utils.losses"  # ppo_loss: policy loss + verl's entropy and k2 terms
-PPO_LOSS_IMPORTERS = ("verl.workers.engine_workers", "verl.trainer.distillation.losses")  # bind it by name
+# bind it by name at import (the engine workers before the plugin could wrap it, were it not for the table)
+PPO_LOSS_IMPORTERS = ("verl.workers.engine_workers", "verl.trainer.distillation.losses", "verl.trainer.distillation")
 # The per-token inputs ppo_loss reads from the batch. verl's own terms (the k2 loss, the entropy
 # bonus) reduce through ``agg_loss``, which multiplies by the mask: a NaN/Inf there reaches the loss.
 MASKED_INPUTS = ("old_log_probs", "ref_log_prob", "advantages", "rollout_is_weights")
@@ -39,7 +38,6 @@ PPO_LOSS_INTERNALS = (
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
 INTERNALS = (
     Internal(CORE_ALGOS, "POLICY_LOSS_REGISTRY", kind=dict),
-    Internal(CORE_ALGOS, "register_policy_loss", ("name",)),
     Internal(CORE_ALGOS, "get_policy_loss_fn"),
 )
 
@@ -92,26 +90,6 @@ def rfpp_policy_loss(
     return loss, metrics
 
 
-def register_policy_loss() -> None:
-    """Register ``rfpp_policy_loss`` as ``policy_loss.loss_mode=rfpp`` (idempotent)."""
-    from verl.trainer.ppo import core_algos
-
-    core_algos.register_policy_loss(validation.POLICY_LOSS_MODE)(rfpp_policy_loss)
-
-
-def unregister_policy_loss() -> None:
-    from verl.trainer.ppo import core_algos
-
-    core_algos.POLICY_LOSS_REGISTRY.pop(validation.POLICY_LOSS_MODE, None)
-
-
-def registered_policy_loss() -> bool:
-    """Whether ``policy_loss.loss_mode=rfpp`` resolves to ``rfpp_policy_loss``."""
-    from verl.trainer.ppo import core_algos
-
-    return core_algos.POLICY_LOSS_REGISTRY.get(validation.POLICY_LOSS_MODE) is rfpp_policy_loss
-
-
 def select_masked_inputs(data: Any) -> Any:
     """A shallow copy of verl's batch ``data`` (a TensorDict) whose ``MASKED_INPUTS`` hold ``+0.0``
     at every position where ``response_mask`` is 0, padded as ``ppo_loss`` pads them.
@@ -155,34 +133,3 @@ def _selecting_masked_inputs(original: Callable[..., Any]) -> Callable[..., Any]
         return original(config, model_output, data, *args, **kwargs)
 
     return marked(ppo_loss)
-
-
-def _wrap_ppo_loss(module: Any) -> None:
-    current = module.ppo_loss
-    if is_ours(current):
-        return
-    ORIGINALS["ppo_loss"] = current
-    module.ppo_loss = _selecting_masked_inputs(current)
-
-
-def patch_ppo_loss() -> None:
-    """verl's ``ppo_loss`` selects the masked inputs of an ``rfpp`` actor (idempotent). The
-    ``hooks`` machinery calls it right after verl first imports its module, before the engine
-    workers bind the name, once ``PPO_LOSS_INTERNALS`` hold."""
-    _wrap_ppo_loss(sys.modules[LOSSES])
-
-
-def unpatch_ppo_loss() -> None:
-    imports.cancel(LOSSES)
-    original = ORIGINALS.pop("ppo_loss", None)
-    if original is not None and LOSSES in sys.modules:
-        sys.modules[LOSSES].ppo_loss = original
-
-
-def ppo_loss_patched() -> bool:
-    """Whether ``ppo_loss`` is ours where verl defines it and where it is bound by name, or will be
-    when verl imports it."""
-    if LOSSES not in sys.modules:
-        return LOSSES in imports.pending_imports()
-    bound = [sys.modules[LOSSES]] + [sys.modules[name] for name in PPO_LOSS_IMPORTERS if name in sys.modules]
-    return all(is_ours(getattr(module, "ppo_loss", None)) for module in bound)

@@ -8,12 +8,15 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from verl_rfpp.patching import Internal, marked
 from verl_rfpp.plugin import verdict
-from verl_rfpp.plugin.hooks import Internal
-from verl_rfpp.plugin.state import ORIGINALS, is_ours, logger, marked
+from verl_rfpp.plugin.state import logger
 
 VERL_CONFIG = "verl.utils.config"
 INTERNALS = (Internal(VERL_CONFIG, "validate_config", ("config",)),)
+# bind it by name: verl.utils re-exports it; main_ppo & co. bind it at import, after plugins load
+VALIDATE_CONFIG_IMPORTERS = ("verl.utils", "verl.trainer.main_ppo", "verl.trainer.main_ppo_v0",
+                             "verl.experimental.one_step_off_policy.main_ppo")
 
 def _validating(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
@@ -26,34 +29,3 @@ def _validating(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(config, *args, **kwargs)
 
     return marked(validate_config)
-
-
-def wrap_validate_config() -> None:
-    """Wrap ``verl.utils.config.validate_config`` and its re-export ``verl.utils.validate_config``.
-
-    ``main_ppo`` binds the name at its import, after plugins load, so it sees the wrapper.
-    """
-    import verl.utils
-    import verl.utils.config as verl_config
-
-    current = verl_config.validate_config
-    if is_ours(current):
-        return
-    ORIGINALS["validate_config"] = current
-    wrapped = _validating(current)
-    verl_config.validate_config = wrapped
-    verl.utils.validate_config = wrapped
-
-
-def unwrap_validate_config() -> None:
-    import verl.utils
-    import verl.utils.config as verl_config
-
-    if "validate_config" in ORIGINALS:
-        verl_config.validate_config = verl.utils.validate_config = ORIGINALS.pop("validate_config")
-
-
-def validate_config_wrapped() -> bool:
-    import verl.utils.config as verl_config
-
-    return is_ours(verl_config.validate_config)

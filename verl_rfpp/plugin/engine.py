@@ -4,16 +4,14 @@ verl's row count (docs/contract.md sections 5.2 and 8.3)."""
 from __future__ import annotations
 
 import functools
-import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
 from verl_rfpp import losses
-from verl_rfpp.plugin import imports
+from verl_rfpp.patching import Internal, marked
 from verl_rfpp.plugin.actor_loss import is_rfpp_actor
-from verl_rfpp.plugin.hooks import Internal
-from verl_rfpp.plugin.state import ORIGINALS, is_ours, logger, marked
+from verl_rfpp.plugin.state import logger
 
 ENGINE_BASE = "verl.workers.engine.base"  # BaseEngine.train_batch: one optimizer step, every engine
 
@@ -74,32 +72,3 @@ def _counting_responses(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(self, data, loss_function)
 
     return marked(train_batch)
-
-
-def _wrap_train_batch(engine_class: Any) -> None:
-    current = engine_class.train_batch
-    if is_ours(current):
-        return
-    ORIGINALS["BaseEngine.train_batch"] = current
-    engine_class.train_batch = _counting_responses(current)
-
-
-def patch_engine() -> None:
-    """Count responses in the ``rfpp`` loss's denominator (``_counting_responses``; idempotent).
-    The ``hooks`` machinery calls it once verl's engine module is loaded and ``INTERNALS`` hold."""
-    _wrap_train_batch(sys.modules[ENGINE_BASE].BaseEngine)
-
-
-def unpatch_engine() -> None:
-    """verl's own ``BaseEngine.train_batch`` (and denominator) again; drops a pending hook."""
-    imports.cancel(ENGINE_BASE)
-    original: Optional[Any] = ORIGINALS.pop("BaseEngine.train_batch", None)
-    if original is not None and ENGINE_BASE in sys.modules:
-        sys.modules[ENGINE_BASE].BaseEngine.train_batch = original
-
-
-def engine_patched() -> bool:
-    """Whether ``BaseEngine.train_batch`` is ours, or will be when verl's engine is imported."""
-    if ENGINE_BASE in sys.modules:
-        return is_ours(sys.modules[ENGINE_BASE].BaseEngine.train_batch)
-    return ENGINE_BASE in imports.pending_imports()

@@ -15,9 +15,9 @@ import torch
 from verl_rfpp import estimators, validation
 from verl_rfpp.errors import RfppError
 from verl_rfpp.metrics import STEP_METRICS
-from verl_rfpp.plugin import hooks, sessions
-from verl_rfpp.plugin.hooks import Internal
-from verl_rfpp.plugin.state import ORIGINALS, public
+from verl_rfpp.patching import Internal
+from verl_rfpp.plugin import sessions
+from verl_rfpp.plugin.state import public
 from verl_rfpp.plugin.versions import no_loader_problem
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"  # the estimator and policy-loss registries
@@ -122,27 +122,6 @@ ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
 }
 
 
-def register_estimators() -> None:
-    """Bind both names in ``core_algos.ADV_ESTIMATOR_REGISTRY`` to ours (idempotent)."""
-    from verl.trainer.ppo import core_algos
-
-    registry = core_algos.ADV_ESTIMATOR_REGISTRY
-    for name, function in ESTIMATORS.items():
-        if registry.get(name) is not function:
-            ORIGINALS.setdefault(f"estimator:{name}", registry.get(name))
-        registry[name] = function
-
-
-def unregister_estimators() -> None:
-    """verl's own entries for both names again."""
-    from verl.trainer.ppo import core_algos
-
-    for name in ESTIMATORS:
-        original = ORIGINALS.pop(f"estimator:{name}", None)
-        if original is not None:
-            core_algos.ADV_ESTIMATOR_REGISTRY[name] = original
-
-
 def registered_ours(name: str) -> bool:
     """Whether verl's registry resolves ``name`` to our estimator."""
     from verl.trainer.ppo import core_algos
@@ -155,7 +134,9 @@ def activation_problem(name: str, config: Any = None) -> Optional[str]:
     could not attach (a verl internal it relies on is missing or changed), or
     ``get_adv_estimator_fn(name)`` not ours. (A key of the run config the rules read that is
     missing, removed by the user or renamed by verl, is a violation of section 6.2.9.)"""
-    moved = hooks.problem()
+    from verl_rfpp.plugin import table
+
+    moved = table.problem()
     if moved is not None:
         return f"verl_rfpp: {moved}. Check with: verl-rfpp doctor"
     from verl.trainer.ppo import core_algos

@@ -21,8 +21,7 @@ import numpy as np
 
 from verl_rfpp import validation
 from verl_rfpp.errors import RfppError
-from verl_rfpp.plugin.hooks import Internal
-from verl_rfpp.plugin.state import ORIGINALS, is_ours, marked
+from verl_rfpp.patching import Internal, marked
 
 V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"
 FUNCTION = "compute_advantage_for_multi_trajectories"  # bound by name in trainer_base from v1.utils
@@ -69,19 +68,10 @@ def current(rows: int) -> np.ndarray | None:
     return labels
 
 
-def _trainer_module() -> Any:
-    import importlib
-
-    return importlib.import_module(V1_TRAINER)
-
-
-def hook_sessions() -> None:
-    """Wrap ``trainer_base.compute_advantage_for_multi_trajectories`` (idempotent)."""
-    module = _trainer_module()
-    original = getattr(module, FUNCTION)
-    if is_ours(original):
-        return
-    ORIGINALS[FUNCTION] = original
+def _counting_sessions(original: Any) -> Any:
+    """``trainer_base.compute_advantage_for_multi_trajectories`` that, for REINFORCE++-baseline
+    only, tells the estimator each row's agent session (``current``); any other estimator reaches
+    verl's function untouched."""
 
     @functools.wraps(original)
     def compute_advantage_for_multi_trajectories(data: Any, batch_keys: Any, adv_estimator: Any, *args: Any,
@@ -94,19 +84,4 @@ def hook_sessions() -> None:
         finally:
             _SESSIONS.reset(token)
 
-    setattr(module, FUNCTION, marked(compute_advantage_for_multi_trajectories))
-
-
-def unhook_sessions() -> None:
-    import sys
-
-    module = sys.modules.get(V1_TRAINER)
-    if module is not None and FUNCTION in ORIGINALS:
-        setattr(module, FUNCTION, ORIGINALS.pop(FUNCTION))
-
-
-def sessions_hooked() -> bool:
-    import sys
-
-    module = sys.modules.get(V1_TRAINER)
-    return module is not None and is_ours(getattr(module, FUNCTION, None))
+    return marked(compute_advantage_for_multi_trajectories)

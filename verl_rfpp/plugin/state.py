@@ -1,7 +1,7 @@
-"""What the plugin replaced in verl, and how its own replacements are recognised.
+"""The plugin's logger, and how its objects are named and recognised.
 
-``ORIGINALS`` keeps each verl object a hook replaced (``deactivate`` puts them back); ``MARKER``
-is set on every replacement, so a second activation is a no-op and ``doctor`` can tell ours apart.
+``MARKER`` (``verl_rfpp.patching``) is set on every wrapper the plugin puts into verl, so tests
+and ``doctor`` can tell ours apart; ``public`` names the objects verl's registries hold.
 """
 
 from __future__ import annotations
@@ -9,23 +9,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from verl_rfpp.patching import MARKER, is_ours, marked
+
+__all__ = ["MARKER", "PUBLIC_MODULE", "is_ours", "logger", "marked", "public"]
+
 logger = logging.getLogger("verl_rfpp")
 
-MARKER = "__verl_rfpp__"
 PUBLIC_MODULE = "verl_rfpp.plugin"  # where users and pickles find the objects verl's registries hold
-
-ORIGINALS: dict[str, Any] = {}
-
-
-def marked(replacement: Any) -> Any:
-    """Mark ``replacement`` as ours (see ``is_ours``) and return it."""
-    setattr(replacement, MARKER, True)
-    return replacement
-
-
-def is_ours(obj: Any) -> bool:
-    """Whether ``obj`` is one of the plugin's replacements."""
-    return bool(getattr(obj, MARKER, False))
 
 
 def public(function: Any) -> Any:

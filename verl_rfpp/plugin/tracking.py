@@ -4,40 +4,21 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 from verl_rfpp.metrics import STEP_METRICS
-from verl_rfpp.plugin.hooks import Internal
-from verl_rfpp.plugin.state import ORIGINALS, is_ours, marked
+from verl_rfpp.patching import Internal, marked
 
 TRACKING = "verl.utils.tracking"
 INTERNALS = (Internal(TRACKING, "Tracking.log", ("self", "data", "step")),)
 
 
-def hook_tracking() -> None:
-    """Make ``Tracking.log`` merge the pending ``rfpp/`` metrics into every logged step (idempotent)."""
-    from verl.utils.tracking import Tracking
+def _merging_metrics(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Tracking.log`` that merges the pending ``rfpp/`` metrics into every logged step (none are
+    pending unless one of our estimators ran in this process)."""
 
-    current = Tracking.log
-    if is_ours(current):
-        return
-    ORIGINALS["Tracking.log"] = current
-
-    @functools.wraps(current)
+    @functools.wraps(original)
     def log(self: Any, data: dict, step: int, *args: Any, **kwargs: Any) -> Any:
-        return current(self, STEP_METRICS.merge_into(data), step, *args, **kwargs)
+        return original(self, STEP_METRICS.merge_into(data), step, *args, **kwargs)
 
-    Tracking.log = marked(log)
-
-
-def unhook_tracking() -> None:
-    from verl.utils.tracking import Tracking
-
-    if "Tracking.log" in ORIGINALS:
-        Tracking.log = ORIGINALS.pop("Tracking.log")
-
-
-def tracking_hooked() -> bool:
-    from verl.utils.tracking import Tracking
-
-    return is_ours(Tracking.log)
+    return marked(log)

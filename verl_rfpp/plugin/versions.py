@@ -3,7 +3,7 @@
 verl loads plugins through its ``verl.plugins`` entry point from release 0.9.0 on: an older verl
 never imports us, so its own estimators run under our names. Every release with that loader is
 supported; the tested ones are ``TESTED_VERL``. A newer, untested verl gets a WARNING, and the
-activation checks (``plugin.hooks``) stop a run if it moved something the plugin relies on.
+activation checks (``verl_rfpp.plugin.table``) stop a run if it moved something the plugin relies on.
 """
 
 from __future__ import annotations

@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from verl_rfpp import validation
 from verl_rfpp.errors import RfppError
-from verl_rfpp.plugin import imports
-from verl_rfpp.plugin.state import ORIGINALS, is_ours, logger, marked
+from verl_rfpp.patching import Internal, marked
+from verl_rfpp.plugin.state import logger
 
 LEGACY_TRAINER = "verl.trainer.ppo.ray_trainer"  # RayPPOTrainer.init_workers
 V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"  # PPOTrainer.init
+WORKER_GROUP = "verl.single_controller.ray.base"
+# What ``worker_actors`` reads of a trainer's worker groups (both trainers' groups are RayWorkerGroups).
+GROUP_INTERNALS = (Internal(WORKER_GROUP, "RayWorkerGroup.workers", kind=property),
+                   Internal(WORKER_GROUP, "RayWorkerGroup.worker_names", kind=property))
+LEGACY_INTERNALS = (Internal(LEGACY_TRAINER, "RayPPOTrainer.init_workers", ("self",)), *GROUP_INTERNALS)
+V1_INTERNALS = (Internal(V1_TRAINER, "PPOTrainer.init", ("self",)), *GROUP_INTERNALS)
 WORKER_GROUPS = ("actor_rollout_wg", "ref_policy_wg", "critic_wg")
 PROBE_TIMEOUT_S = 120
 TRACE_ENV = "VERL_RFPP_TRACE"
@@ -149,53 +155,17 @@ def _trace(report: dict) -> None:
             handle.write(f"worker driver_pid={os.getpid()} {fields}\n")
 
 
-def _wrap(owner: type, method: str, key: str) -> None:
-    current = getattr(owner, method)
-    if is_ours(current):
-        return
-    ORIGINALS[key] = current
+def _checking_workers(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A trainer's worker set-up (legacy ``init_workers``, v1 ``init``) followed, for a run whose
+    estimator is ours, by ``check_workers`` over its worker groups. Any other run is verl's set-up
+    alone (docs/contract.md section 6.3): its workers are never asked anything."""
 
-    @functools.wraps(current)
+    @functools.wraps(original)
     def then_check_workers(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = current(self, *args, **kwargs)
+        if validation.estimator_of(getattr(self, "config", None)) is None:
+            return original(self, *args, **kwargs)
+        result = original(self, *args, **kwargs)
         check_workers(worker_actors(self))
         return result
 
-    setattr(owner, method, marked(then_check_workers))
-
-
-def _hook_legacy(module: Any) -> None:
-    _wrap(module.RayPPOTrainer, "init_workers", "RayPPOTrainer.init_workers")
-
-
-def _hook_v1(module: Any) -> None:
-    _wrap(module.PPOTrainer, "init", "PPOTrainer.init")
-
-
-def hook_workers() -> None:
-    """Wrap both trainers' worker set-up as soon as verl imports them (idempotent)."""
-    imports.after_import(LEGACY_TRAINER, _hook_legacy)
-    imports.after_import(V1_TRAINER, _hook_v1)
-
-
-def unhook_workers() -> None:
-    imports.cancel(LEGACY_TRAINER)
-    imports.cancel(V1_TRAINER)
-    for module_name, owner_name, method in ((LEGACY_TRAINER, "RayPPOTrainer", "init_workers"),
-                                            (V1_TRAINER, "PPOTrainer", "init")):
-        key = f"{owner_name}.{method}"
-        if key in ORIGINALS and module_name in sys.modules:
-            setattr(getattr(sys.modules[module_name], owner_name), method, ORIGINALS.pop(key))
-
-
-def workers_hooked() -> bool:
-    """Whether both trainers' worker set-up is ours, or will be when verl imports it."""
-    pending = imports.pending_imports()
-    for module_name, owner_name, method in ((LEGACY_TRAINER, "RayPPOTrainer", "init_workers"),
-                                            (V1_TRAINER, "PPOTrainer", "init")):
-        if module_name in sys.modules:
-            if not is_ours(getattr(getattr(sys.modules[module_name], owner_name), method)):
-                return False
-        elif module_name not in pending:
-            return False
-    return True
+    return marked(then_check_workers)
