@@ -227,3 +227,17 @@ def test_tests_import_no_cli_internals():
     for path in tests.glob("*.py"):
         text = path.read_text()
         assert not re.search(r"\bcli\._|from verl_rfpp\.cli import (?!main\b)", text), path.name
+
+
+@pytest.mark.parametrize("variable,value,words", [
+    ("VERL_RFPP_DRIVER_VERSION", "0.0.1", "the job gets the driver's version"),
+    ("VERL_USE_EXTERNAL_PLUGINS", "none", "VERL_USE_EXTERNAL_PLUGINS"),
+])
+def test_a_users_runtime_env_touching_the_plugins_job_env_is_a_warning_of_check(variable, value, words, capsys):
+    """contract 8.6: check warns (and still accepts) where the user's runtime_env meets what the plugin needs."""
+    override = f"+ray_kwargs.ray_init.runtime_env.env_vars.{variable}={value}"
+    assert cli.main(["check", *BASE, override]) == 0
+    out = capsys.readouterr().out
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert any(words in line and variable in line for line in warnings), out
+    assert out.rstrip().endswith("as docs/contract.md defines it.")

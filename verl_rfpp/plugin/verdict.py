@@ -14,12 +14,14 @@ from omegaconf import DictConfig
 from verl_rfpp import validation
 from verl_rfpp.errors import RfppError
 from verl_rfpp.plugin.registries import ActivationError, activation_problem, not_loaded_problem
+from verl_rfpp.plugin.runtime_env import config_notes
 
 OK, REFUSED, UNREADABLE = 0, 1, 3  # the exit status of each verdict (verl-rfpp check --help)
 
 # Where a verdict's warnings come from, in order: each returns the notes (plain sentences) for a
-# config of one of our estimators that the rules accept. Another source of notes is added here.
-NOTE_SOURCES: tuple[Callable[[DictConfig], list[str]], ...] = (validation.warnings_for,)
+# config of one of our estimators that the rules accept: the legal but unusual settings (section
+# 6.4), then a user's Ray runtime_env that touches what the plugin needs in the job (section 8.6).
+NOTE_SOURCES: tuple[Callable[[DictConfig], list[str]], ...] = (validation.warnings_for, config_notes)
 
 
 @dataclass(frozen=True)
