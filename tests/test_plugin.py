@@ -34,12 +34,14 @@ def _registry_in_fresh_process(**env):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_plain_import_verl_resolves_both_names_to_ours():
     registry = _registry_in_fresh_process()
     assert registry["reinforce_plus_plus"] == "verl_rfpp.plugin.compute_reinforce_plus_plus_advantage"
     assert registry["reinforce_plus_plus_baseline"] == "verl_rfpp.plugin.compute_reinforce_plus_plus_baseline_advantage"
 
 
+@pytest.mark.slow
 def test_every_other_estimator_is_verls_own():
     ours = _registry_in_fresh_process()
     stock = _registry_in_fresh_process(VERL_USE_EXTERNAL_PLUGINS="none")

@@ -56,6 +56,7 @@ def _import_verl(**env):
                           env={**os.environ, **env}, cwd=os.path.dirname(__file__))
 
 
+@pytest.mark.slow
 def test_a_process_that_excludes_the_plugin_loads_it_through_the_job_environment():
     result = _import_verl(VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="verl_rfpp.plugin",
                           VERL_RFPP_DRIVER_VERSION=verl_rfpp.__version__)
@@ -63,6 +64,7 @@ def test_a_process_that_excludes_the_plugin_loads_it_through_the_job_environment
     assert result.stdout.split()[-1] == "verl_rfpp.plugin"
 
 
+@pytest.mark.slow
 def test_a_process_with_another_version_than_the_driver_fails_import_verl_naming_both():
     result = _import_verl(VERL_USE_EXTERNAL_MODULES="verl_rfpp.plugin", VERL_RFPP_DRIVER_VERSION="9.9.9")
     assert result.returncode != 0
