@@ -115,3 +115,31 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             report.outcome, report.longrepr = "failed", started[0]
         started.clear()
     return report
+
+
+@pytest.fixture(autouse=True)
+def _compose_once_per_group_choice(request):
+    """In the two-minute tier (a run that deselects ``slow``), ``compose_verl_config`` without a
+    ``--config-path``/``--config-name`` composes verl's packaged config once per choice of config
+    groups and applies the rest of the overrides with Hydra's own code (tests/composed.py, held
+    equal to a full composition by a slow test of test_validation); ``verl-rfpp check`` and the
+    tests that imported the name get it. The whole suite composes every config in full."""
+    if not (_deselects_slow(request.config) and _in_fast_tier(request.node)):
+        yield
+        return
+    import composed
+
+    from verl_rfpp.plugin import compose
+
+    full = compose.compose_verl_config
+
+    def compose_verl_config(overrides, config_path=None, config_name=None):
+        if config_path is None and config_name is None:
+            return composed.compose(list(overrides))
+        return full(overrides, config_path, config_name)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compose, "compose_verl_config", compose_verl_config)
+        if getattr(request.module, "compose_verl_config", None) is full:
+            patch.setattr(request.module, "compose_verl_config", compose_verl_config)
+        yield
