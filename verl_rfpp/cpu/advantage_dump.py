@@ -13,12 +13,11 @@ wraps this record.
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import itertools
 import os
-import sys
 from pathlib import Path
-from typing import Any
+
+from verl_rfpp.patching import Attribute, Internal, Patch
 
 DUMP_ENV = "VERL_RFPP_ADVANTAGE_DUMP"
 V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"
@@ -48,26 +47,13 @@ def _recording(original):
     return compute_advantage_for_multi_trajectories
 
 
-class _AfterTrainerImport(importlib.abc.MetaPathFinder):
-    """Wraps the function right after verl first imports its v1 trainer module (importing it here,
-    inside ``import verl``, would run verl's engine modules before the CPU platform exists)."""
+RECORD = Patch(
+    "CPU backend: record of the v1 advantage step", V1_TRAINER, Attribute(FUNCTION), _recording,
+    (Internal(V1_TRAINER, FUNCTION, ("data", "batch_keys", "adv_estimator")),),
+    "observes only: it saves what every run's advantage step was given and computed",
+)
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != V1_TRAINER:
-            return None
-        sys.meta_path.remove(self)
-        spec = next((spec for finder in list(sys.meta_path)
-                     if hasattr(finder, "find_spec") and type(finder).__name__ != "_AfterImport"
-                     for spec in [finder.find_spec(fullname, path, target)] if spec is not None), None)
-        exec_module = spec.loader.exec_module
-
-        def exec_then_wrap(module: Any) -> None:
-            exec_module(module)
-            setattr(module, FUNCTION, _recording(getattr(module, FUNCTION)))
-
-        spec.loader.exec_module = exec_then_wrap
-        return spec
-
-
-if os.environ.get(DUMP_ENV) and V1_TRAINER not in sys.modules:
-    sys.meta_path.insert(0, _AfterTrainerImport())
+if os.environ.get(DUMP_ENV):
+    # right after verl first imports its v1 trainer (importing it here, inside ``import verl``, would
+    # run verl's engine modules before the CPU platform exists), by the plugin's post-import finder
+    RECORD.install()
