@@ -25,9 +25,8 @@ import time
 import numba
 import numpy as np
 import torch
-from omegaconf import OmegaConf
-
 import verl  # noqa: F401  (loads the plugin)
+from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
 from verl_rfpp import passes, reinforce_plus_plus, reinforce_plus_plus_baseline

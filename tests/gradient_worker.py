@@ -97,7 +97,6 @@ def _torch_padding_for_verl_without_a_cpu_fallback() -> None:
 
 def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -> None:
     import numpy as np
-    import torch
     import torch.distributed as dist
     from verl.protocol import BatchData
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -203,6 +202,7 @@ def main() -> None:
         dist.init_process_group("gloo", init_method=f"file://{spec['init_file']}", rank=rank,
                                 world_size=world, timeout=timedelta(seconds=180))
         import verl  # noqa: F401  (loads the verl_rfpp plugin through its entry point)
+
         import verl_rfpp.cpu  # noqa: F401  (the CPU platform and patches, as VERL_USE_EXTERNAL_MODULES does)
 
         _torch_padding_for_verl_without_a_cpu_fallback()

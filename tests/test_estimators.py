@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import reference
 import torch
+from batches import make_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-import reference
-from batches import make_batch
 from verl_rfpp import (
     EmptyPopulationError,
     RfppError,

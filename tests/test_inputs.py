@@ -11,14 +11,22 @@ import textwrap
 
 import numpy as np
 import pytest
+import reference
 import torch
+from batches import make_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference
-from batches import make_batch
-from verl_rfpp import RfppError, RfppInputError, masked_global_normalize, reinforce_plus_plus, reinforce_plus_plus_baseline
-from verl_rfpp import discounted_returns, group_centered_rewards, losses
+from verl_rfpp import (
+    RfppError,
+    RfppInputError,
+    discounted_returns,
+    group_centered_rewards,
+    losses,
+    masked_global_normalize,
+    reinforce_plus_plus,
+    reinforce_plus_plus_baseline,
+)
 from verl_rfpp.normalization import normalize_row_constant
 
 pytestmark = pytest.mark.usefixtures("passes_implementation")
@@ -303,9 +311,8 @@ def test_losses_refuse_mismatched_or_unsupported_tensors():
 
 def test_rfpp_policy_loss_through_verl_ppo_loss_on_an_all_masked_micro_batch_is_zero():
     """verl's real ppo_loss without global_batch_size (a direct call) and no valid token."""
-    from verl.workers.utils.losses import ppo_loss
-
     import test_losses
+    from verl.workers.utils.losses import ppo_loss
 
     b = test_losses._batch(seed=5)
     b["mask"] = torch.zeros_like(b["mask"])

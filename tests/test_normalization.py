@@ -6,13 +6,13 @@ import math
 import pickle
 import time
 
+import distributed_worker
 import pytest
+import reference
 import torch
 import torch.multiprocessing as mp
-
-import distributed_worker
-import reference
 from batches import make_batch
+
 from verl_rfpp import VARIANCE_FLOOR, EmptyPopulationError, masked_global_normalize
 from verl_rfpp.normalization import normalize_row_constant
 

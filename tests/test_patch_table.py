@@ -23,8 +23,8 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 import verl  # noqa: F401  (loads the plugin through its entry point)
+
 from verl_rfpp import plugin
 from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin.table import TABLE
@@ -149,7 +149,7 @@ SIZES = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.train_b
          "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.use_dynamic_bsz=False"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grpo_config():
     return compose_verl_config(["algorithm.adv_estimator=grpo", *SIZES])
 
@@ -188,11 +188,10 @@ def _validate_config():
 
 def _advantages():
     """verl's registry for every name but ours, and GRPO's advantages through verl's dispatch."""
+    from batches import make_batch
     from verl import DataProto
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.ray_trainer import compute_advantage
-
-    from batches import make_batch
 
     rewards, mask, uids = make_batch(11, dtype=torch.float32)
     data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
@@ -316,10 +315,9 @@ def _v1_init():
 
 def _v1_advantages():
     """GRPO's advantages through verl's v1 session-aware step (one output per session)."""
+    from batches import make_batch
     from verl import DataProto
     from verl.trainer.ppo.v1 import trainer_base
-
-    from batches import make_batch
 
     rewards, mask, uids = make_batch(13, dtype=torch.float32)
     data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},

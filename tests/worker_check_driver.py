@@ -12,9 +12,9 @@ import json
 import sys
 
 import ray
+import verl  # noqa: F401  (loads the plugin in this driver, as in verl's TaskRunner)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-import verl  # noqa: F401  (loads the plugin in this driver, as in verl's TaskRunner)
 from verl_rfpp.plugin import workers
 
 

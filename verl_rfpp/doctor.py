@@ -38,7 +38,7 @@ class Report:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Report":
+    def from_dict(cls, data: dict) -> Report:
         return cls(data["verl_rfpp_version"], data["verl_version"], data["plugin_loaded"],
                    [(label, bool(ok)) for label, ok in data["checks"]], list(data["problems"]))
 

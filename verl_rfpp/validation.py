@@ -257,7 +257,7 @@ class Rule:
     keys: tuple[str, ...]
     accepts: str
     why: str
-    find: Callable[[DictConfig, str, "Rule"], list[Violation]]
+    find: Callable[[DictConfig, str, Rule], list[Violation]]
 
     def violation(self, key: str, found: Any, required: str, fixes: tuple[str, ...], why: str = "") -> Violation:
         return Violation(self.id, key, found, required, why or self.why, fixes)

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from verl_rfpp import losses
-from verl_rfpp.errors import RfppError
 from verl_rfpp.bandit.env import TabularBandit, advantages_from, draw_batch, entropy, sgd_step
+from verl_rfpp.errors import RfppError
 
 GRPO, RLOO = "grpo", "rloo"
 GRPO_POP = "grpo_population_std"  # GRPO standardized with the population std (ddof 0); not in verl

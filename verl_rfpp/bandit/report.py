@@ -359,7 +359,7 @@ def _kl_section(kl: dict) -> list[str]:
              f"[-{clamp['log_ratio']:g}, {clamp['log_ratio']:g}] and the value to [-{clamp['value']:g}, "
              f"{clamp['value']:g}]; its gradient is 0 wherever r < {clamp['zero_gradient_below_r']:.3g} or "
              f"r > {clamp['zero_gradient_above_r']:.4g}.", "",
-             f"### 3.1 Random direction (policy = reference + distance x a random unit direction of the logits)", "",
+             "### 3.1 Random direction (policy = reference + distance x a random unit direction of the logits)", "",
              *_kl_table(rd, "distance", "distance"), "",
              "### 3.2 Collapsed token (the k3 criticism's regime)", "",
              f"Reference {ct['reference']}; the policy has pushed x* (token 0, pi_ref(x*) = {ct['reference'][0]}) "
