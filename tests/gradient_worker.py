@@ -133,7 +133,7 @@ def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -
         steps[-1]["micro"].append(int(micro_batch.batch_size[0]))
         loss, output = forward_step(micro_batch, loss_function, forward_only)
         log_probs = no_padding_2_padding(output["model_output"]["log_probs"], micro_batch)
-        for row, values in zip(micro_batch["row_id"].tolist(), log_probs.double().tolist()):
+        for row, values in zip(micro_batch["row_id"].tolist(), log_probs.double().tolist(), strict=True):
             steps[-1]["log_probs"][row] = values
         return loss, output
 

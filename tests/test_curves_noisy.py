@@ -181,9 +181,9 @@ def test_quick_noisy_run_in_verls_trainer(tmp_path, capsys):
     for _, value in metrics[P + "noise_std_sampled"]:
         assert 0.03 < value < 0.2  # 16 draws of N(0, 0.1^2)
     # global normalization: flat groups' centred noise (std ~0.1) is small beside informative spreads (~1)
-    for (_, flat), (_, informative) in zip(metrics[P + "flat_adv_rms"], metrics[P + "informative_adv_rms"]):
+    for (_, flat), (_, informative) in zip(metrics[P + "flat_adv_rms"], metrics[P + "informative_adv_rms"], strict=True):
         assert flat < informative
-    for (_, kl), (_, entropy) in zip(metrics[P + "flat_kl_from_start"], metrics[P + "flat_entropy"]):
+    for (_, kl), (_, entropy) in zip(metrics[P + "flat_kl_from_start"], metrics[P + "flat_entropy"], strict=True):
         assert 0 < kl < 1 and 0 < entropy <= math.log(24)
     for name in ("report.md", "noisy_lr0.01.png"):
         assert (tmp_path / name).exists()

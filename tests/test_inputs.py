@@ -93,7 +93,7 @@ def test_rewards_that_require_grad_are_read_detached(name):
     plain, detached = _estimators()[name](rewards, mask), _estimators()[name](tracked, mask)
     plain = plain if isinstance(plain, tuple) else (plain,)
     detached = detached if isinstance(detached, tuple) else (detached,)
-    for a, b in zip(plain, detached):
+    for a, b in zip(plain, detached, strict=True):
         if isinstance(a, torch.Tensor):
             assert torch.equal(a, b) and not b.requires_grad
 

@@ -92,8 +92,8 @@ def test_row_constant_normalization_counts_every_valid_token(seed, device):
 def _split_rows(values, mask, bounds):
     cuts = [0, *bounds, len(values)]
     return (
-        [values[a:b] for a, b in zip(cuts, cuts[1:])],
-        [mask[a:b] for a, b in zip(cuts, cuts[1:])],
+        [values[a:b] for a, b in zip(cuts, cuts[1:], strict=False)],
+        [mask[a:b] for a, b in zip(cuts, cuts[1:], strict=False)],
     )
 
 
@@ -139,7 +139,7 @@ def _run_group(world_size, scenarios, tmp_path, timeout=120.0, target=distribute
     if hung:
         pytest.fail(f"distributed normalization hung: ranks {hung} still running after {timeout}s")
     received = []
-    for rank, (process, result_file) in enumerate(zip(processes, result_files)):
+    for rank, (process, result_file) in enumerate(zip(processes, result_files, strict=True)):
         assert process.exitcode == 0, f"rank {rank} exited with {process.exitcode}"
         with open(result_file, "rb") as handle:
             status, payload = pickle.load(handle)
@@ -173,7 +173,7 @@ def test_sharded_population_equals_single_process(world_size, tmp_path):
         assert (sharded - single).abs().max().item() <= 1e-12, name
         assert (sharded - reference.normalize(values, mask)).abs().max().item() <= 1e-12, name
         for rank in range(world_size):
-            for got, want in zip(outcomes[rank][2], single_stats):
+            for got, want in zip(outcomes[rank][2], single_stats, strict=True):
                 assert abs(got - want.item()) <= 1e-12 * max(1.0, abs(want.item())), name
 
 

@@ -614,7 +614,7 @@ def _one_edit_apart(first: str, second: str) -> bool:
         return False
     if len(first) > len(second):
         first, second = second, first
-    for index, (a, b) in enumerate(zip(first, second)):
+    for index, (a, b) in enumerate(zip(first, second, strict=False)):  # second may be one longer
         if a != b:
             tail = index + 1 if len(first) == len(second) else index
             return first[tail:] == second[index + 1:]

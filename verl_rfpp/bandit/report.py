@@ -78,7 +78,7 @@ def _plots(out: Path, results: dict, curves: dict) -> None:
     for key, name, ylabel in (("quality", "noise_quality.png", "expected quality, informative prompts"),
                               ("flat_entropy", "noise_flat_entropy.png", "entropy on flat prompts (nats)")):
         figure, axes = plt.subplots(1, len(lrs), figsize=(4 * len(lrs), 3.4), sharey=True, squeeze=False)
-        for axis, lr in zip(axes[0], lrs):
+        for axis, lr in zip(axes[0], lrs, strict=True):
             for method, by_lr in curves.items():
                 axis.plot(by_lr[lr][key], label=LABELS[method])
             if key == "quality":
@@ -146,7 +146,7 @@ def _kl_plot(plt, out: Path, kl: dict) -> None:
             norm_axis.plot(x, data[name]["norm_ratio_forward"], marker=marker, linestyle=line, color=color,
                            label=f"|{label}| / |forward|")
             var_axis.plot(x, data[name]["sample_var"], marker=marker, linestyle=line, color=color, label=label)
-        norm_axis.plot(x, [r / f for r, f in zip(data["reverse_norm"], data["forward_norm"])], "k:",
+        norm_axis.plot(x, [r / f for r, f in zip(data["reverse_norm"], data["forward_norm"], strict=True)], "k:",
                        label="|reverse| / |forward|")
         cos_axis.set_title("cosine of E grad with the KL gradients (solid: reverse, dotted: forward)", fontsize=8)
         norm_axis.set_title("norm of E grad relative to the forward-KL gradient", fontsize=8)
@@ -293,7 +293,7 @@ def _ceiling_lines(results: dict) -> list[str]:
 def _paired_gap(a: dict, b: dict) -> float:
     """Mean over seeds of a's pass rate at its best rate minus b's at its own."""
     first, second = a["per_seed_by_lr"][a["best_lr"]], b["per_seed_by_lr"][b["best_lr"]]
-    return sum(x - y for x, y in zip(first, second)) / len(first)
+    return sum(x - y for x, y in zip(first, second, strict=True)) / len(first)
 
 
 def _tie_groups(main: dict, tol: float) -> list[list[str]]:
@@ -337,7 +337,7 @@ def _kl_table(data: dict, xkey: str, xname: str) -> list[str]:
 def _lower_until(data: dict, xkey: str) -> str:
     """The last point, from the first on, up to which unclamped k3's variance stays below k2's."""
     last = None
-    for x, k3, k2 in zip(data[xkey], data["k3"]["sample_var"], data["k2"]["sample_var"]):
+    for x, k3, k2 in zip(data[xkey], data["k3"]["sample_var"], data["k2"]["sample_var"], strict=True):
         if k3 >= k2:
             break
         last = x
@@ -347,7 +347,7 @@ def _lower_until(data: dict, xkey: str) -> str:
 def _kl_section(kl: dict) -> list[str]:
     rd, ct, clamp = kl["random_direction"], kl["collapsed_token"], kl["verl_clamp"]
     far, tiny = len(rd["distance"]) - 1, len(ct["policy_prob"]) - 1
-    clamped_from = next((p for p, n in zip(ct["policy_prob"], ct["verl_clamped_tokens"]) if n), None)
+    clamped_from = next((p for p, n in zip(ct["policy_prob"], ct["verl_clamped_tokens"], strict=True) if n), None)
     near = 0
     lines = ["## 3. KL estimators as losses (exact enumeration over a 5-token categorical, float64)", "",
              "For x ~ pi_theta (held fixed) each estimator k(x) used as a loss contributes g(x) = grad k(x) "

@@ -80,7 +80,8 @@ class HFRolloutServer:
         log_probs = None
         if params.get("logprobs"):
             log_probs = [torch.log_softmax(score[0].float(), dim=-1)[token].item()
-                         for score, token in zip(out.scores, tokens)]
+                         # tokens are cut after the first eos; scores may run on
+                         for score, token in zip(out.scores, tokens, strict=False)]
         return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason="completed",
                            extra_fields={"global_steps": self.global_steps})
 

@@ -170,7 +170,7 @@ def verdicts(table: dict[str, dict[str, dict]]) -> dict[str, dict]:
             both = sorted(set(a["seeds"]) & set(b["seeds"]))
             left = [a[name]["per_seed"][a["seeds"].index(s)] for s in both]
             right = [b[name]["per_seed"][b["seeds"].index(s)] for s in both]
-            diffs = [x - y for x, y in zip(left, right)]
+            diffs = [x - y for x, y in zip(left, right, strict=True)]
             return {"seeds": both, "diff_mean": mean(diffs), "diff_std": std(diffs), "per_seed": diffs,
                     "ratio": mean(left) / mean(right) if mean(right) else float("inf")}
 
@@ -228,7 +228,7 @@ def plots(out: Path, records: list[dict], start: dict[str, float], best: float, 
               (P + "flat_adv_rms", "flat prompts: advantage rms", None, None))
     for (lr, noise), methods in _group_noise(records).items():
         figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-        for axis, (tag, title, level, level_label) in zip(axes.flat, panels):
+        for axis, (tag, title, level, level_label) in zip(axes.flat, panels, strict=True):
             for runs in methods.values():
                 seeds = len(seed_series(runs, tag))
                 band(axis, runs, tag, f"{runs[0]['method']['label']} ({seeds} seeds)", alpha=0.12)

@@ -188,7 +188,7 @@ def _entropy(probs: list[float]) -> float:
 
 
 def _kl(probs: list[float], start: list[float]) -> float:
-    return sum(p * (math.log(p) - math.log(q)) for p, q in zip(probs, start) if p > 0)
+    return sum(p * (math.log(p) - math.log(q)) for p, q in zip(probs, start, strict=True) if p > 0)
 
 
 def policy_metrics(spec: dict, probs: list[list[float]]) -> dict[str, float]:
@@ -197,7 +197,7 @@ def policy_metrics(spec: dict, probs: list[list[float]]) -> dict[str, float]:
     KL(pi || pi_start) per kind."""
     groups: dict[str, list[dict]] = {"informative": [], "flat": []}
     for row, p in zip(spec["prompts"], probs, strict=True):
-        groups[row["kind"]].append({"quality": sum(pi * q for pi, q in zip(p, row["quality"])),
+        groups[row["kind"]].append({"quality": sum(pi * q for pi, q in zip(p, row["quality"], strict=True)),
                                     "entropy": _entropy(p), "kl": _kl(p, row["start"])})
     mean = lambda kind, key: sum(r[key] for r in groups[kind]) / len(groups[kind])  # noqa: E731
     return {PREFIX + "informative_true_reward": mean("informative", "quality"),
