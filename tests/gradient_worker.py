@@ -184,7 +184,8 @@ def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -
         plain = {key: [float(v) for v in value] if isinstance(value, list) else float(value)
                  for key, value in metrics.items() if isinstance(value, (int, float, list))}
         (out / f"{scenario['name']}.json").write_text(json.dumps({"steps": summary, "metrics": plain}))
-    del worker, engine, module
+    # drop our references (the closures above share these cells, so rebind rather than del)
+    worker = engine = module = None
     dist.barrier()
 
 

@@ -182,7 +182,7 @@ def _outcome(call):
 def _validate_config():
     import verl.utils.config as verl_config
 
-    return [_outcome(lambda: verl_config.validate_config(_grpo_config(), use_reference_policy=use_ref,
+    return [_outcome(lambda: verl_config.validate_config(_grpo_config(), use_reference_policy=use_ref,  # noqa: B023 (called at once)
                                                          use_critic=False)) for use_ref in (False, True)]
 
 

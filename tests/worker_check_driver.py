@@ -21,7 +21,7 @@ from verl_rfpp.plugin import workers
 @ray.remote(num_cpus=0)
 class Worker:
     def __init__(self) -> None:
-        import verl  # noqa: F401  (loads the plugin where the node's environment allows it)
+        import verl  # noqa: F401, F811  (in the actor's process: loads the plugin where the node's environment allows it)
 
     def ready(self) -> bool:
         return True
