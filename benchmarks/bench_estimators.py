@@ -121,8 +121,9 @@ def run(grid, dtypes, repeats, device: torch.device):
     verls = {
         "reinforce_plus_plus": lambda r, m, u: core_algos.compute_reinforce_plus_plus_outcome_advantage(
             token_level_rewards=r, response_mask=m, config=OmegaConf.create({"gamma": 1.0})),
-        "reinforce_plus_plus_baseline": lambda r, m, u: core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
-            token_level_rewards=r, response_mask=m, index=u),
+        "reinforce_plus_plus_baseline": lambda r, m, u: (
+            core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
+                token_level_rewards=r, response_mask=m, index=u)),
     }
     probe = torch.empty(0, device=device)
     kernels = f"numba {numba.__version__} CPU kernels" if passes.uses_cpu_kernels(probe) else "torch operations"

@@ -95,7 +95,8 @@ def normalize(values, mask):
     a, m = _rows(values), _mask_rows(mask)
     mu, var, _ = moments(values, mask)
     scale = math.sqrt(max(var, VARIANCE_FLOOR))
-    out = [[(v - mu) / scale if ok else 0.0 for v, ok in zip(row_a, row_m, strict=True)] for row_a, row_m in zip(a, m, strict=True)]
+    out = [[(v - mu) / scale if ok else 0.0 for v, ok in zip(row_a, row_m, strict=True)]
+           for row_a, row_m in zip(a, m, strict=True)]
     return torch.tensor(out, dtype=torch.float64).reshape(len(a), -1)
 
 

@@ -275,11 +275,13 @@ def test_row_blocks_on_threads_give_identical_bits(passes_implementation, monkey
         split = [reinforce_plus_plus(rewards, mask), reinforce_plus_plus_baseline(rewards, mask, uids)]
     finally:
         torch.set_num_threads(threads)
-    expected = [reference.reinforce_plus_plus(rewards, mask, 1.0), reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))]
+    expected = [reference.reinforce_plus_plus(rewards, mask, 1.0),
+                reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))]
     for one, other, (expected_advantages, expected_raw) in zip(single, split, expected, strict=True):
         assert relative_error(other.advantages, expected_advantages) <= TOLERANCE[torch.float32]
         assert relative_error(other.returns, expected_raw) <= TOLERANCE[torch.float32]
-        for a, b in zip([one.advantages, one.returns, *one.stats], [other.advantages, other.returns, *other.stats], strict=True):
+        for a, b in zip([one.advantages, one.returns, *one.stats], [other.advantages, other.returns, *other.stats],
+                        strict=True):
             assert torch.equal(a, b)
 
 

@@ -176,7 +176,8 @@ def test_index_tensors_of_any_dtype_form_the_same_groups(kind):
         "float16": ids.half(),
         "cuda-like-detached": ids.long().requires_grad_(False),
     }[kind]
-    assert reinforce_plus_plus_baseline(rewards, torch.ones(4, 1), index).returns[:, 0].tolist() == [-1.0, 1.0, -5.0, 5.0]
+    returns = reinforce_plus_plus_baseline(rewards, torch.ones(4, 1), index).returns
+    assert returns[:, 0].tolist() == [-1.0, 1.0, -5.0, 5.0]
 
 
 NOT_TENSORS = [[[1.0, 2.0]], np.ones((1, 2)), 1.0, None, "rewards"]

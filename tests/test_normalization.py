@@ -105,9 +105,11 @@ def _scenarios(world_size):
     scenarios.append(("uneven-rows", *_split_rows(values, mask, uneven)))
     starved = mask.clone()
     starved[: rows // 2] = 0.0  # rank 0 holds rows but no valid token
-    scenarios.append(("rank-without-valid-token", *_split_rows(values, starved, [rows // 2] + ([rows - 2] if world_size == 3 else []))))
-    scenarios.append(("rank-with-zero-rows", *_split_rows(values, mask, [0] + ([rows // 3] if world_size == 3 else []))))
-    scenarios.append(("globally-empty", *_split_rows(values, torch.zeros_like(mask), [2] + ([4] if world_size == 3 else []))))
+    three = world_size == 3
+    scenarios.append(("rank-without-valid-token",
+                      *_split_rows(values, starved, [rows // 2] + ([rows - 2] if three else []))))
+    scenarios.append(("rank-with-zero-rows", *_split_rows(values, mask, [0] + ([rows // 3] if three else []))))
+    scenarios.append(("globally-empty", *_split_rows(values, torch.zeros_like(mask), [2] + ([4] if three else []))))
     rows = values[:, 0].clone()  # a row-constant advantage, as the baseline's C_i
     scenarios.append(("row-constant", *_split_rows(rows, mask, uneven)))
     return scenarios

@@ -95,10 +95,12 @@ def kernel_cases():
          lambda: reinforce_plus_plus(torch.tensor([[1.0, 4.0, 9.0]]), bool_mask, {"gamma": 0.5}),
          [[3.0, 4.0, 0.0]], [[-1.0, 1.0, 0.0]]),
         ("reinforce_plus_plus_baseline, int64 mask",
-         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]), int_mask.repeat(2, 1), pair),
+         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]),
+                                              int_mask.repeat(2, 1), pair),
          [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
         ("reinforce_plus_plus_baseline, bool mask",
-         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]), bool_mask.repeat(2, 1), pair),
+         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]),
+                                              bool_mask.repeat(2, 1), pair),
          [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
     ]
 

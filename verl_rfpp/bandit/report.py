@@ -240,9 +240,11 @@ def _binary_section(results: dict) -> list[str]:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for key, cell in binary.items():
         vs = cell["vs_top"]
-        lines.append(f"| {_label(key, cell)} | {cell['best_lr']} | {cell['pass_rate']:.4f} +- {cell['pass_rate_std']:.4f}"
+        lines.append(f"| {_label(key, cell)} | {cell['best_lr']} | "
+                     f"{cell['pass_rate']:.4f} +- {cell['pass_rate_std']:.4f}"
                      f" | {cell['status']} | {cell['near_best_from_lr']} | "
-                     f"{vs['paired_diff_mean']:+.4f} +- {vs['paired_diff_std']:.4f} | {'yes' if vs['ties'] else 'no'} |")
+                     f"{vs['paired_diff_mean']:+.4f} +- {vs['paired_diff_std']:.4f} | "
+                     f"{'yes' if vs['ties'] else 'no'} |")
     rates = sorted({lr for cell in binary.values() for lr in cell["grid"]})
     lines += ["", "Pass rate by learning rate (mean +- std over seeds; blank: not run):", "",
               "| lr | " + " | ".join(_label(key, cell) for key, cell in binary.items()) + " |",
@@ -328,7 +330,8 @@ def _kl_table(data: dict, xkey: str, xname: str) -> list[str]:
         for name in ("k2", "k3", "k3_verl"):
             row = data[name]
             clamped = str(data["verl_clamped_tokens"][i]) if name == "k3_verl" else ""
-            lines.append(f"| {x:g} | {KL_NAMES[name]} | {row['cos_reverse'][i]:.4f} | {row['norm_ratio_reverse'][i]:.4f} | "
+            lines.append(f"| {x:g} | {KL_NAMES[name]} | "
+                         f"{row['cos_reverse'][i]:.4f} | {row['norm_ratio_reverse'][i]:.4f} | "
                          f"{row['cos_forward'][i]:.4f} | {row['norm_ratio_forward'][i]:.4f} | "
                          f"{row['sample_var'][i]:.4g} | {clamped} |")
     return lines

@@ -116,7 +116,8 @@ def build_assets(root: Path, task_seed: int = 0) -> dict:
                                             tokenize=True)
         ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
         if tokenizer.convert_ids_to_tokens(ids) != ["<|im_start|>", text[:1], text[1:], "<|im_end|>", "<|im_start|>"]:
-            raise NoisyTaskError(f"the tokenizer splits the prompt {text!r} into {tokenizer.convert_ids_to_tokens(ids)}; "
+            raise NoisyTaskError(f"the tokenizer splits the prompt {text!r} into "
+                                 f"{tokenizer.convert_ids_to_tokens(ids)}; "
                                  "expected <|im_start|>, the word, the digit, <|im_end|>, <|im_start|>")
         with torch.no_grad():
             start = torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1).tolist()
@@ -151,7 +152,8 @@ def build_data(directory: Path, seed: int, steps: int, noise_std: float, task_se
 
     order = []
     for _ in range(steps):
-        block = [*rng.sample(by_kind["informative"], batch_prompts // 2), *rng.sample(by_kind["flat"], batch_prompts // 2)]
+        block = [*rng.sample(by_kind["informative"], batch_prompts // 2),
+                 *rng.sample(by_kind["flat"], batch_prompts // 2)]
         rng.shuffle(block)
         order += block
     train = [row(text, index, "train") for index, text in enumerate(order)]

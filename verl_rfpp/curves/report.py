@@ -112,7 +112,8 @@ def report(records: list[dict], steps: int) -> str:
         "model starts from the same weights). Every number here was read back from verl's `tensorboard`",
         "logger's event files.",
         "",
-        f"| method | reward, first {WINDOW} steps | reward, last {WINDOW} steps | gain per seed | KL, last {WINDOW} steps "
+        f"| method | reward, first {WINDOW} steps | reward, last {WINDOW} steps | gain per seed "
+        f"| KL, last {WINDOW} steps "
         "| advantage std | `rfpp/` metrics in tensorboard | s per run |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
