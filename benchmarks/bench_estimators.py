@@ -25,9 +25,8 @@ import time
 import numba
 import numpy as np
 import torch
-from omegaconf import OmegaConf
-
 import verl  # noqa: F401  (loads the plugin)
+from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
 from verl_rfpp import passes, reinforce_plus_plus, reinforce_plus_plus_baseline
@@ -122,8 +121,9 @@ def run(grid, dtypes, repeats, device: torch.device):
     verls = {
         "reinforce_plus_plus": lambda r, m, u: core_algos.compute_reinforce_plus_plus_outcome_advantage(
             token_level_rewards=r, response_mask=m, config=OmegaConf.create({"gamma": 1.0})),
-        "reinforce_plus_plus_baseline": lambda r, m, u: core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
-            token_level_rewards=r, response_mask=m, index=u),
+        "reinforce_plus_plus_baseline": lambda r, m, u: (
+            core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
+                token_level_rewards=r, response_mask=m, index=u)),
     }
     probe = torch.empty(0, device=device)
     kernels = f"numba {numba.__version__} CPU kernels" if passes.uses_cpu_kernels(probe) else "torch operations"
@@ -139,12 +139,12 @@ def run(grid, dtypes, repeats, device: torch.device):
             rewards, mask, uids = make_inputs(batch, length, dtype)
             rewards, mask = rewards.to(device), mask.to(device)
             unit = batch * length * 4
-            clone = median_time(lambda: rewards.clone(), repeats, device)
+            clone = median_time(lambda: rewards.clone(), repeats, device)  # noqa: B023 (timed within this iteration)
             for name in ours:
-                ours_time = median_time(lambda: ours[name](rewards, mask, uids), repeats, device)
+                ours_time = median_time(lambda: ours[name](rewards, mask, uids), repeats, device)  # noqa: B023 (timed within this iteration)
                 # Before verl's run, whose many small frees would let the heap absorb our buffers.
-                extra = peak_extra_bytes(lambda: ours[name](rewards, mask, uids), device) / unit
-                verl_time = median_time(lambda: verls[name](rewards, mask, uids), max(1, repeats // 2), device)
+                extra = peak_extra_bytes(lambda: ours[name](rewards, mask, uids), device) / unit  # noqa: B023 (timed within this iteration)
+                verl_time = median_time(lambda: verls[name](rewards, mask, uids), max(1, repeats // 2), device)  # noqa: B023 (timed within this iteration)
                 advantages = ours[name](rewards, mask, uids)[0]
                 truth = float64_truth(name, rewards, mask, uids)
                 error = (advantages.double() - truth).abs().max().item() / truth.abs().max().item()

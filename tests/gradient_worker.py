@@ -97,7 +97,6 @@ def _torch_padding_for_verl_without_a_cpu_fallback() -> None:
 
 def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -> None:
     import numpy as np
-    import torch
     import torch.distributed as dist
     from verl.protocol import BatchData
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -134,7 +133,7 @@ def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -
         steps[-1]["micro"].append(int(micro_batch.batch_size[0]))
         loss, output = forward_step(micro_batch, loss_function, forward_only)
         log_probs = no_padding_2_padding(output["model_output"]["log_probs"], micro_batch)
-        for row, values in zip(micro_batch["row_id"].tolist(), log_probs.double().tolist()):
+        for row, values in zip(micro_batch["row_id"].tolist(), log_probs.double().tolist(), strict=True):
             steps[-1]["log_probs"][row] = values
         return loss, output
 
@@ -185,7 +184,8 @@ def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -
         plain = {key: [float(v) for v in value] if isinstance(value, list) else float(value)
                  for key, value in metrics.items() if isinstance(value, (int, float, list))}
         (out / f"{scenario['name']}.json").write_text(json.dumps({"steps": summary, "metrics": plain}))
-    del worker, engine, module
+    # drop our references (the closures above share these cells, so rebind rather than del)
+    worker = engine = module = None
     dist.barrier()
 
 
@@ -203,6 +203,7 @@ def main() -> None:
         dist.init_process_group("gloo", init_method=f"file://{spec['init_file']}", rank=rank,
                                 world_size=world, timeout=timedelta(seconds=180))
         import verl  # noqa: F401  (loads the verl_rfpp plugin through its entry point)
+
         import verl_rfpp.cpu  # noqa: F401  (the CPU platform and patches, as VERL_USE_EXTERNAL_MODULES does)
 
         _torch_padding_for_verl_without_a_cpu_fallback()

@@ -24,7 +24,7 @@ def returns(rewards, mask, gamma):
     """docs/contract.md section 2: G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * select(m, r)[i,u]."""
     r, m = _rows(rewards), _mask_rows(mask)
     out = []
-    for row_r, row_m in zip(r, m):
+    for row_r, row_m in zip(r, m, strict=True):
         valid_positions = [t for t, ok in enumerate(row_m) if ok]
         last = valid_positions[-1] if valid_positions else -1
         row = []
@@ -43,7 +43,7 @@ def returns_by_recurrence(rewards, mask, gamma):
     discounted), ``G[i,t] = acc_t`` where ``m = 1``, else 0. Plain float64 Python arithmetic."""
     r, m = _rows(rewards), _mask_rows(mask)
     out = []
-    for row_r, row_m in zip(r, m):
+    for row_r, row_m in zip(r, m, strict=True):
         acc, row = 0.0, [0.0] * len(row_r)
         for t in range(len(row_r) - 1, -1, -1):
             acc = (row_r[t] if row_m[t] else 0.0) + gamma * acc
@@ -58,7 +58,7 @@ def centered_rewards(rewards, mask, uids):
     Rows without any valid token are padding rows, not responses: no group member, C = 0.
     """
     r, m = _rows(rewards), _mask_rows(mask)
-    totals = [sum(v for v, ok in zip(row_r, row_m) if ok) for row_r, row_m in zip(r, m)]
+    totals = [sum(v for v, ok in zip(row_r, row_m, strict=True) if ok) for row_r, row_m in zip(r, m, strict=True)]
     is_response = [any(row_m) for row_m in m]
     groups: dict = {}
     for i, uid in enumerate(uids):
@@ -83,7 +83,7 @@ def baseline_raw(rewards, mask, uids):
 def moments(values, mask):
     """Population mean and variance over valid positions, two passes in float64."""
     a, m = _rows(values), _mask_rows(mask)
-    selected = [v for row_a, row_m in zip(a, m) for v, ok in zip(row_a, row_m) if ok]
+    selected = [v for row_a, row_m in zip(a, m, strict=True) for v, ok in zip(row_a, row_m, strict=True) if ok]
     n = len(selected)
     mu = sum(selected) / n
     var = sum((v - mu) ** 2 for v in selected) / n
@@ -95,7 +95,8 @@ def normalize(values, mask):
     a, m = _rows(values), _mask_rows(mask)
     mu, var, _ = moments(values, mask)
     scale = math.sqrt(max(var, VARIANCE_FLOOR))
-    out = [[(v - mu) / scale if ok else 0.0 for v, ok in zip(row_a, row_m)] for row_a, row_m in zip(a, m)]
+    out = [[(v - mu) / scale if ok else 0.0 for v, ok in zip(row_a, row_m, strict=True)]
+           for row_a, row_m in zip(a, m, strict=True)]
     return torch.tensor(out, dtype=torch.float64).reshape(len(a), -1)
 
 
@@ -118,7 +119,7 @@ def response_mean(loss, mask):
     """docs/contract.md section 5: mean over the valid tokens of each response, then over the
     responses with a valid token."""
     per_response = []
-    for row_l, row_m in zip(loss, mask):
+    for row_l, row_m in zip(loss, mask, strict=True):
         values = [row_l[t] for t in range(len(row_m)) if row_m[t]]
         if values:
             per_response.append(sum(values) / len(values))
@@ -132,10 +133,10 @@ def session_centered_rewards(rewards, mask, uids, sessions):
     Rows without any valid token are in no session and no group: C = 0.
     """
     r, m = _rows(rewards), _mask_rows(mask)
-    totals = [sum(v for v, ok in zip(row_r, row_m) if ok) for row_r, row_m in zip(r, m)]
+    totals = [sum(v for v, ok in zip(row_r, row_m, strict=True) if ok) for row_r, row_m in zip(r, m, strict=True)]
     session_rewards: dict = {}
     session_uid: dict = {}
-    for i, (uid, session) in enumerate(zip(uids, sessions)):
+    for i, (uid, session) in enumerate(zip(uids, sessions, strict=True)):
         if any(m[i]):
             session_rewards.setdefault(session, []).append(totals[i])
             session_uid[session] = uid

@@ -66,7 +66,8 @@ def test_an_excluded_plugin_fails_with_doctors_cause():
 @pytest.mark.parametrize(
     "override,words",
     [
-        ("algorithm.adv_estimatr=reinforce_plus_plus", ["'algorithm.adv_estimatr=reinforce_plus_plus'", "+algorithm.adv_estimatr"]),
+        ("algorithm.adv_estimatr=reinforce_plus_plus",
+         ["'algorithm.adv_estimatr=reinforce_plus_plus'", "+algorithm.adv_estimatr"]),
         ("algorithm.gamma=[1", ["'algorithm.gamma=[1'", "no viable alternative"]),
         ("+algorithm.gamma=1", ["'+algorithm.gamma=1'", "already at 'algorithm.gamma'"]),
     ],
@@ -87,7 +88,8 @@ def test_exit_statuses_are_documented_in_help(capsys):
     assert cli.main(["check", "--help"]) == 0
     text = capsys.readouterr().out
     assert "exit status" in text and "  3  Hydra cannot compose" in text and "  1  refused: rule violations" in text
-    assert "  0  the config runs" in text and "  2  usage: a bad option; SCRIPT launches no main_ppo run, or several" in text
+    assert "  0  the config runs" in text
+    assert "  2  usage: a bad option; SCRIPT launches no main_ppo run, or several" in text
     assert "--config-path" in text and "SCRIPT" in text
 
 
@@ -191,7 +193,8 @@ AR = "actor_rollout_ref"
     (RFPP + ["algorithm.kl_ctrl.kl_coef=-0.01"], "6.2.11"), (RFPP + ["algorithm.kl_ctrl.kl_coef=nan"], "6.2.11"),
     (RFPP + ["algorithm.kl_ctrl.kl_coef=inf"], "6.2.11"), (BASE + [f"{AR}.actor.kl_loss_coef=-0.01"], "6.2.11"),
     (BASE + [f"{AR}.actor.kl_loss_coef=nan"], "6.2.11"), (BASE + [f"{AR}.actor.clip_ratio_low=1.5"], "6.2.12"),
-    (RFPP + [f"{AR}.actor.clip_ratio_high=-0.1"], "6.2.12"), (RFPP + ["+async_training.staleness_threshold=1"], "6.2.5"),
+    (RFPP + [f"{AR}.actor.clip_ratio_high=-0.1"], "6.2.12"),
+    (RFPP + ["+async_training.staleness_threshold=1"], "6.2.5"),
     (RFPP + [f"{AR}.actor.use_kl_loss=True", "algorithm.use_kl_in_reward=False"], "6.2.6"),
     (BASE + ["algorithm.use_kl_in_reward=True", f"{AR}.actor.use_kl_loss=False"], "6.2.7"),
 ])

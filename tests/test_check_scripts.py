@@ -71,7 +71,8 @@ def test_verls_example_scripts_get_a_fix_command_that_runs_the_method_with_their
     config = _run_config(command[1], command[2:])
     estimator = validation.estimator_of(config)
     kl = _kl(config, estimator)
-    assert kl == ({"reward": coefficient, "loss": False} if estimator == RFPP else {"reward": False, "loss": coefficient})
+    expected = {"reward": coefficient, "loss": False} if estimator == RFPP else {"reward": False, "loss": coefficient}
+    assert kl == expected
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[path.name for path in EXAMPLES])
@@ -92,7 +93,8 @@ RECIPE = " ".join(validation.RECIPES[BASELINE])
 
 @pytest.mark.parametrize("launcher", [
     "python3 -m verl.trainer.main_ppo", "python -u -m verl.trainer.main_ppo", "uv run python3 -m verl.trainer.main_ppo",
-    "torchrun --nproc_per_node=1 -m verl.trainer.main_ppo", "ray job submit --address=x -- python3 -m verl.trainer.main_ppo",
+    "torchrun --nproc_per_node=1 -m verl.trainer.main_ppo",
+    "ray job submit --address=x -- python3 -m verl.trainer.main_ppo",
 ])
 def test_every_launcher_is_read_and_nothing_runs_past_the_call(launcher, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -101,7 +103,8 @@ def test_every_launcher_is_read_and_nothing_runs_past_the_call(launcher, capsys,
     code, out = _check(capsys, path, "actor_rollout_ref.rollout.n=1")
     assert code == 1 and "[6.2.1] actor_rollout_ref.rollout.n = 1" in out, out
     assert not marker.exists()
-    assert out.strip().splitlines()[-1] == f"Fix: bash {path} actor_rollout_ref.rollout.n=1 actor_rollout_ref.rollout.n=8"
+    assert out.strip().splitlines()[-1] == (
+        f"Fix: bash {path} actor_rollout_ref.rollout.n=1 actor_rollout_ref.rollout.n=8")
 
 
 def test_a_script_that_launches_nothing_or_several_runs_is_named_exit_2(capsys, tmp_path, monkeypatch):

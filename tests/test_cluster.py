@@ -67,7 +67,7 @@ def test_doctor_ray_auto_reports_every_node_ok(cluster):
     assert result.returncode == 0, result.stdout + result.stderr
     lines = _node_lines(result.stdout)
     assert len(lines) == 2 and all(line.startswith("OK") for line in lines), result.stdout
-    for node, line in zip([node for node in cluster.nodes() if node.alive], lines):
+    for node, line in zip([node for node in cluster.nodes() if node.alive], lines, strict=True):
         assert f"node {node.short_id} ({node.address}" in line
         assert f"verl-rfpp {verl_rfpp.__version__}, verl " in line and "plugin loaded" in line
     assert "head" in lines[0] and "active on all 2 nodes" in result.stdout

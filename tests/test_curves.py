@@ -12,7 +12,8 @@ from verl_rfpp.curves import report, runs
 
 
 def _record(method, seed, rewards, kl=0.01, adv_std=1.0, rfpp=True):
-    metrics = {report.REWARD: list(enumerate(rewards, 1)), report.ADV_STD: [(s, adv_std) for s in range(1, len(rewards) + 1)],
+    metrics = {report.REWARD: list(enumerate(rewards, 1)),
+               report.ADV_STD: [(s, adv_std) for s in range(1, len(rewards) + 1)],
                report.KL_LOSS: [(s, kl) for s in range(1, len(rewards) + 1)]}
     if rfpp:
         metrics.update({tag: [(1, 1.0)] for tag in report.RFPP_METRICS})
@@ -41,7 +42,8 @@ def test_summary_table_and_plots(tmp_path):
 def test_proof_refuses_a_run_that_ran_the_other_estimator():
     ours, verl = runs.METHODS[0], runs.METHODS[1]
     ours_trace = ["reinforce_plus_plus_baseline pid=1 valid_tokens=64 raw_adv_std=0.5",
-                  "metrics pid=1 adv_std=1 reinforce_plus_plus=verl_rfpp.plugin reinforce_plus_plus_baseline=verl_rfpp.plugin"]
+                  "metrics pid=1 adv_std=1 reinforce_plus_plus=verl_rfpp.plugin "
+                  "reinforce_plus_plus_baseline=verl_rfpp.plugin"]
     verl_trace = ["metrics pid=1 adv_std=0.99 reinforce_plus_plus=verl.trainer.ppo.core_algos "
                   "reinforce_plus_plus_baseline=verl.trainer.ppo.core_algos"]
     assert runs.proof(ours, ours_trace, steps=1).startswith("1 verl_rfpp reinforce_plus_plus_baseline calls")

@@ -133,17 +133,19 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     assert not verdict["noise_as_signal"]  # equal flat advantage rms (0.5) in the synthetic runs
     assert verdict["flat_kl_from_start"]["ratio"] == pytest.approx(3.0)
     assert verdict["control"]["flat_kl_from_start"]["per_seed"] == pytest.approx([-0.05, 0.05])
-    assert not noisy.verdicts(noisy.summarize([_record("verl_grpo", 0, 0.1, 0.4), _record("ours_baseline", 0, 0.2, 0.5)],
-                                              start))["0.01"]["flat_moved_more"]
+    grpo_moved_less = [_record("verl_grpo", 0, 0.1, 0.4), _record("ours_baseline", 0, 0.2, 0.5)]
+    assert not noisy.verdicts(noisy.summarize(grpo_moved_less, start))["0.01"]["flat_moved_more"]
     control = (_record("verl_grpo", 0, 0.3, 0.45, noise_std=0.0), _record("ours_baseline", 0, 0.15, 0.5, noise_std=0.0))
     effect = noisy.noise_effect(table, noisy.summarize(list(control), start))["0.01"]
-    assert effect["verl_grpo"]["seeds"] == [0] and effect["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
+    assert effect["verl_grpo"]["seeds"] == [0]
+    assert effect["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
     assert effect["ours_baseline"]["informative_true_reward"]["diff_mean"] == pytest.approx(0.0)
     noisy.write(tmp_path, records, spec, control=control)
     for name in ("noisy_lr0.01.png", "noise_free_lr0.01.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "report.md").read_text()
-    assert "| verl GRPO | 0.450 ± 0.071 |" in text and "moved further from the start than the baseline's in every seed: yes" in text
+    assert "| verl GRPO | 0.450 ± 0.071 |" in text
+    assert "moved further from the start than the baseline's in every seed: yes" in text
     results = json.loads((tmp_path / "results.json").read_text())
     assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["flat_moved_more"]
     assert "noisy minus noise-free (seeds [0]): flat KL from start +0.7000" in text
@@ -151,7 +153,8 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     schema = (Path(__file__).resolve().parents[1] / "docs" / "curves" / "noisy" / "schema.md").read_text()
     keys = set(results) | set(results["settings"]) | set(results["summary"]["0.01"]["verl_grpo"])
     keys |= set(results["verdicts"]["0.01"]) | set(results["verdicts"]["0.01"]["flat_kl_from_start"])
-    keys |= set(results["runs"][0]) | set(results["runs"][0]["metrics"]) | set(results["noise_effect"]["0.01"]["verl_grpo"])
+    keys |= set(results["runs"][0]) | set(results["runs"][0]["metrics"])
+    keys |= set(results["noise_effect"]["0.01"]["verl_grpo"])
     undocumented = sorted(k for k in keys if f"`{k}`" not in schema)
     assert not undocumented, f"docs/curves/noisy/schema.md lacks {undocumented}"
 
@@ -181,9 +184,10 @@ def test_quick_noisy_run_in_verls_trainer(tmp_path, capsys):
     for _, value in metrics[P + "noise_std_sampled"]:
         assert 0.03 < value < 0.2  # 16 draws of N(0, 0.1^2)
     # global normalization: flat groups' centred noise (std ~0.1) is small beside informative spreads (~1)
-    for (_, flat), (_, informative) in zip(metrics[P + "flat_adv_rms"], metrics[P + "informative_adv_rms"]):
+    for (_, flat), (_, informative) in zip(metrics[P + "flat_adv_rms"], metrics[P + "informative_adv_rms"],
+                                           strict=True):
         assert flat < informative
-    for (_, kl), (_, entropy) in zip(metrics[P + "flat_kl_from_start"], metrics[P + "flat_entropy"]):
+    for (_, kl), (_, entropy) in zip(metrics[P + "flat_kl_from_start"], metrics[P + "flat_entropy"], strict=True):
         assert 0 < kl < 1 and 0 < entropy <= math.log(24)
     for name in ("report.md", "noisy_lr0.01.png"):
         assert (tmp_path / name).exists()

@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import reference
 import torch
+from batches import make_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-import reference
-from batches import make_batch
 from verl_rfpp import (
     EmptyPopulationError,
     RfppError,
@@ -211,7 +211,7 @@ def test_garbage_in_masked_positions_changes_nothing(seed, garbage, dtype, mask_
     for a, b in [(clean.advantages, polluted.advantages), (clean.returns, polluted.returns)]:
         assert torch.equal(a, b) and torch.isfinite(b).all()
         assert b.dtype == dtype
-    for a, b in zip(clean.stats, polluted.stats):
+    for a, b in zip(clean.stats, polluted.stats, strict=True):
         assert torch.equal(a, b) and torch.isfinite(b)
     assert (polluted.advantages[~mask.bool()] == 0).all() and (polluted.returns[~mask.bool()] == 0).all()
 
@@ -275,11 +275,13 @@ def test_row_blocks_on_threads_give_identical_bits(passes_implementation, monkey
         split = [reinforce_plus_plus(rewards, mask), reinforce_plus_plus_baseline(rewards, mask, uids)]
     finally:
         torch.set_num_threads(threads)
-    expected = [reference.reinforce_plus_plus(rewards, mask, 1.0), reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))]
-    for one, other, (expected_advantages, expected_raw) in zip(single, split, expected):
+    expected = [reference.reinforce_plus_plus(rewards, mask, 1.0),
+                reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))]
+    for one, other, (expected_advantages, expected_raw) in zip(single, split, expected, strict=True):
         assert relative_error(other.advantages, expected_advantages) <= TOLERANCE[torch.float32]
         assert relative_error(other.returns, expected_raw) <= TOLERANCE[torch.float32]
-        for a, b in zip([one.advantages, one.returns, *one.stats], [other.advantages, other.returns, *other.stats]):
+        for a, b in zip([one.advantages, one.returns, *one.stats], [other.advantages, other.returns, *other.stats],
+                        strict=True):
             assert torch.equal(a, b)
 
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import reference
 import torch
 
-import reference
 from verl_rfpp import validation
 
 pytestmark = pytest.mark.slow  # verl's actor workers run as processes

@@ -11,14 +11,22 @@ import textwrap
 
 import numpy as np
 import pytest
+import reference
 import torch
+from batches import make_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference
-from batches import make_batch
-from verl_rfpp import RfppError, RfppInputError, masked_global_normalize, reinforce_plus_plus, reinforce_plus_plus_baseline
-from verl_rfpp import discounted_returns, group_centered_rewards, losses
+from verl_rfpp import (
+    RfppError,
+    RfppInputError,
+    discounted_returns,
+    group_centered_rewards,
+    losses,
+    masked_global_normalize,
+    reinforce_plus_plus,
+    reinforce_plus_plus_baseline,
+)
 from verl_rfpp.normalization import normalize_row_constant
 
 pytestmark = pytest.mark.usefixtures("passes_implementation")
@@ -85,7 +93,7 @@ def test_rewards_that_require_grad_are_read_detached(name):
     plain, detached = _estimators()[name](rewards, mask), _estimators()[name](tracked, mask)
     plain = plain if isinstance(plain, tuple) else (plain,)
     detached = detached if isinstance(detached, tuple) else (detached,)
-    for a, b in zip(plain, detached):
+    for a, b in zip(plain, detached, strict=True):
         if isinstance(a, torch.Tensor):
             assert torch.equal(a, b) and not b.requires_grad
 
@@ -168,7 +176,8 @@ def test_index_tensors_of_any_dtype_form_the_same_groups(kind):
         "float16": ids.half(),
         "cuda-like-detached": ids.long().requires_grad_(False),
     }[kind]
-    assert reinforce_plus_plus_baseline(rewards, torch.ones(4, 1), index).returns[:, 0].tolist() == [-1.0, 1.0, -5.0, 5.0]
+    returns = reinforce_plus_plus_baseline(rewards, torch.ones(4, 1), index).returns
+    assert returns[:, 0].tolist() == [-1.0, 1.0, -5.0, 5.0]
 
 
 NOT_TENSORS = [[[1.0, 2.0]], np.ones((1, 2)), 1.0, None, "rewards"]
@@ -303,9 +312,8 @@ def test_losses_refuse_mismatched_or_unsupported_tensors():
 
 def test_rfpp_policy_loss_through_verl_ppo_loss_on_an_all_masked_micro_batch_is_zero():
     """verl's real ppo_loss without global_batch_size (a direct call) and no valid token."""
-    from verl.workers.utils.losses import ppo_loss
-
     import test_losses
+    from verl.workers.utils.losses import ppo_loss
 
     b = test_losses._batch(seed=5)
     b["mask"] = torch.zeros_like(b["mask"])

@@ -8,10 +8,10 @@ import functools
 import math
 
 import pytest
+import reference
 import torch
 from tensordict import TensorDict
 
-import reference
 from verl_rfpp import losses, validation
 from verl_rfpp.plugin.compose import compose_verl_config
 

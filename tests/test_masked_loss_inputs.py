@@ -13,7 +13,6 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from test_losses import _actor_config, _batch, _on, _reference_loss, _verl_inputs
 
 GARBAGE = [math.nan, math.inf, -math.inf, 1e30, -1e30]

@@ -6,13 +6,13 @@ import math
 import pickle
 import time
 
+import distributed_worker
 import pytest
+import reference
 import torch
 import torch.multiprocessing as mp
-
-import distributed_worker
-import reference
 from batches import make_batch
+
 from verl_rfpp import VARIANCE_FLOOR, EmptyPopulationError, masked_global_normalize
 from verl_rfpp.normalization import normalize_row_constant
 
@@ -92,8 +92,8 @@ def test_row_constant_normalization_counts_every_valid_token(seed, device):
 def _split_rows(values, mask, bounds):
     cuts = [0, *bounds, len(values)]
     return (
-        [values[a:b] for a, b in zip(cuts, cuts[1:])],
-        [mask[a:b] for a, b in zip(cuts, cuts[1:])],
+        [values[a:b] for a, b in zip(cuts, cuts[1:], strict=False)],
+        [mask[a:b] for a, b in zip(cuts, cuts[1:], strict=False)],
     )
 
 
@@ -105,9 +105,11 @@ def _scenarios(world_size):
     scenarios.append(("uneven-rows", *_split_rows(values, mask, uneven)))
     starved = mask.clone()
     starved[: rows // 2] = 0.0  # rank 0 holds rows but no valid token
-    scenarios.append(("rank-without-valid-token", *_split_rows(values, starved, [rows // 2] + ([rows - 2] if world_size == 3 else []))))
-    scenarios.append(("rank-with-zero-rows", *_split_rows(values, mask, [0] + ([rows // 3] if world_size == 3 else []))))
-    scenarios.append(("globally-empty", *_split_rows(values, torch.zeros_like(mask), [2] + ([4] if world_size == 3 else []))))
+    three = world_size == 3
+    scenarios.append(("rank-without-valid-token",
+                      *_split_rows(values, starved, [rows // 2] + ([rows - 2] if three else []))))
+    scenarios.append(("rank-with-zero-rows", *_split_rows(values, mask, [0] + ([rows // 3] if three else []))))
+    scenarios.append(("globally-empty", *_split_rows(values, torch.zeros_like(mask), [2] + ([4] if three else []))))
     rows = values[:, 0].clone()  # a row-constant advantage, as the baseline's C_i
     scenarios.append(("row-constant", *_split_rows(rows, mask, uneven)))
     return scenarios
@@ -139,7 +141,7 @@ def _run_group(world_size, scenarios, tmp_path, timeout=120.0, target=distribute
     if hung:
         pytest.fail(f"distributed normalization hung: ranks {hung} still running after {timeout}s")
     received = []
-    for rank, (process, result_file) in enumerate(zip(processes, result_files)):
+    for rank, (process, result_file) in enumerate(zip(processes, result_files, strict=True)):
         assert process.exitcode == 0, f"rank {rank} exited with {process.exitcode}"
         with open(result_file, "rb") as handle:
             status, payload = pickle.load(handle)
@@ -173,7 +175,7 @@ def test_sharded_population_equals_single_process(world_size, tmp_path):
         assert (sharded - single).abs().max().item() <= 1e-12, name
         assert (sharded - reference.normalize(values, mask)).abs().max().item() <= 1e-12, name
         for rank in range(world_size):
-            for got, want in zip(outcomes[rank][2], single_stats):
+            for got, want in zip(outcomes[rank][2], single_stats, strict=True):
                 assert abs(got - want.item()) <= 1e-12 * max(1.0, abs(want.item())), name
 
 

@@ -23,8 +23,8 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 import verl  # noqa: F401  (loads the plugin through its entry point)
+
 from verl_rfpp import plugin
 from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin.table import TABLE
@@ -149,7 +149,7 @@ SIZES = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.train_b
          "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.use_dynamic_bsz=False"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grpo_config():
     return compose_verl_config(["algorithm.adv_estimator=grpo", *SIZES])
 
@@ -182,17 +182,16 @@ def _outcome(call):
 def _validate_config():
     import verl.utils.config as verl_config
 
-    return [_outcome(lambda: verl_config.validate_config(_grpo_config(), use_reference_policy=use_ref,
+    return [_outcome(lambda: verl_config.validate_config(_grpo_config(), use_reference_policy=use_ref,  # noqa: B023 (called at once)
                                                          use_critic=False)) for use_ref in (False, True)]
 
 
 def _advantages():
     """verl's registry for every name but ours, and GRPO's advantages through verl's dispatch."""
+    from batches import make_batch
     from verl import DataProto
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.ray_trainer import compute_advantage
-
-    from batches import make_batch
 
     rewards, mask, uids = make_batch(11, dtype=torch.float32)
     data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
@@ -319,10 +318,9 @@ def _v1_init():
 
 def _v1_advantages():
     """GRPO's advantages through verl's v1 session-aware step (one output per session)."""
+    from batches import make_batch
     from verl import DataProto
     from verl.trainer.ppo.v1 import trainer_base
-
-    from batches import make_batch
 
     rewards, mask, uids = make_batch(13, dtype=torch.float32)
     data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
@@ -360,7 +358,7 @@ def _same(a, b) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, np.ndarray):
         return np.array_equal(a, b)
     if type(a) is type(b) and hasattr(a, "__dict__") and not callable(a):  # verl's Metric values

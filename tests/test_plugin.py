@@ -10,11 +10,10 @@ import sys
 
 import numpy as np
 import pytest
-import torch
-from omegaconf import OmegaConf
-
 import reference
+import torch
 from batches import make_batch
+from omegaconf import OmegaConf
 
 OURS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 

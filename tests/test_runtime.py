@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-import torch
-
 import reference
+import torch
 from batches import make_batch
+
 from verl_rfpp import cli, plugin, validation
 from verl_rfpp.metrics import STEP_METRICS
 from verl_rfpp.plugin.compose import compose_verl_config

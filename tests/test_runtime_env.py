@@ -13,8 +13,8 @@ import pytest
 
 import verl_rfpp
 from verl_rfpp import validation
-from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin import runtime_env
+from verl_rfpp.plugin.compose import compose_verl_config
 
 
 def _job_env(overrides):

@@ -7,10 +7,9 @@ from __future__ import annotations
 import traceback
 
 import pytest
-
 import verl.utils.config as verl_config
+
 from verl_rfpp import cli, validation
-from verl_rfpp import plugin
 from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin.table import VALIDATE_CONFIG
 

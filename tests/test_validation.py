@@ -34,11 +34,16 @@ CASES = [
     ("base-actor-and-ref-ulysses", BASE + [f"{AR}.actor.ulysses_sequence_parallel_size=2",
                                            f"{AR}.ref.ulysses_sequence_parallel_size=2"],
      {f"{AR}.actor.ulysses_sequence_parallel_size", f"{AR}.ref.ulysses_sequence_parallel_size"}),
-    ("rfpp-fsdp-ulysses", RFPP + [f"{AR}.actor.fsdp_config.ulysses_sequence_parallel_size=2"], {f"{AR}.actor.fsdp_config.ulysses_sequence_parallel_size"}),
-    ("base-ref-ulysses", BASE + [f"{AR}.ref.ulysses_sequence_parallel_size=4"], {f"{AR}.ref.ulysses_sequence_parallel_size"}),
-    ("base-megatron-cp", BASE + [f"+{AR}.actor.megatron.context_parallel_size=2"], {f"{AR}.actor.megatron.context_parallel_size"}),
-    ("rfpp-torchtitan-cp", RFPP + [f"+{AR}.actor.torchtitan.context_parallel_size=2"], {f"{AR}.actor.torchtitan.context_parallel_size"}),
-    ("rfpp-ref-veomni-sp", RFPP + [f"+{AR}.ref.veomni.ulysses_parallel_size=2"], {f"{AR}.ref.veomni.ulysses_parallel_size"}),
+    ("rfpp-fsdp-ulysses", RFPP + [f"{AR}.actor.fsdp_config.ulysses_sequence_parallel_size=2"],
+     {f"{AR}.actor.fsdp_config.ulysses_sequence_parallel_size"}),
+    ("base-ref-ulysses", BASE + [f"{AR}.ref.ulysses_sequence_parallel_size=4"],
+     {f"{AR}.ref.ulysses_sequence_parallel_size"}),
+    ("base-megatron-cp", BASE + [f"+{AR}.actor.megatron.context_parallel_size=2"],
+     {f"{AR}.actor.megatron.context_parallel_size"}),
+    ("rfpp-torchtitan-cp", RFPP + [f"+{AR}.actor.torchtitan.context_parallel_size=2"],
+     {f"{AR}.actor.torchtitan.context_parallel_size"}),
+    ("rfpp-ref-veomni-sp", RFPP + [f"+{AR}.ref.veomni.ulysses_parallel_size=2"],
+     {f"{AR}.ref.veomni.ulysses_parallel_size"}),
     ("base-colocate-async", BASE + ["trainer.v1.trainer_mode=colocate_async"], {"trainer.v1.trainer_mode"}),
     ("rfpp-separate-async", RFPP + ["trainer.v1.trainer_mode=separate_async"], {"trainer.v1.trainer_mode"}),
     ("base-sync-step-2", BASE + ["+trainer.v1.sync.parameter_sync_step=2"], {"trainer.v1.sync.parameter_sync_step"}),
@@ -77,9 +82,12 @@ CASES = [
     ("base-clip-not-a-number", BASE + [f"{AR}.actor.clip_ratio_low=wide"], {f"{AR}.actor.clip_ratio_low"}),
     ("base-k3-loss", BASE + [f"{AR}.actor.kl_loss_type=low_var_kl"], {f"{AR}.actor.kl_loss_type"}),
     ("base-k1-loss", BASE + [f"{AR}.actor.kl_loss_type=kl"], {f"{AR}.actor.kl_loss_type"}),
-    ("base-rejection-sampling", BASE + ["algorithm.rollout_correction.rollout_rs=token"], {"algorithm.rollout_correction.rollout_rs"}),
-    ("base-bypass-mode", BASE + ["algorithm.rollout_correction.bypass_mode=True"], {"algorithm.rollout_correction.bypass_mode"}),
-    ("base-vanilla-dual-clip", BASE + [f"{AR}.actor.policy_loss.loss_mode=vanilla"], {f"{AR}.actor.policy_loss.loss_mode"}),
+    ("base-rejection-sampling", BASE + ["algorithm.rollout_correction.rollout_rs=token"],
+     {"algorithm.rollout_correction.rollout_rs"}),
+    ("base-bypass-mode", BASE + ["algorithm.rollout_correction.bypass_mode=True"],
+     {"algorithm.rollout_correction.bypass_mode"}),
+    ("base-vanilla-dual-clip", BASE + [f"{AR}.actor.policy_loss.loss_mode=vanilla"],
+     {f"{AR}.actor.policy_loss.loss_mode"}),
     ("rfpp-gspo", RFPP + [f"{AR}.actor.policy_loss.loss_mode=gspo"], {f"{AR}.actor.policy_loss.loss_mode"}),
     ("base-verl-defaults", ["algorithm.adv_estimator=reinforce_plus_plus_baseline"],
      {f"{AR}.actor.loss_agg_mode", f"{AR}.actor.policy_loss.loss_mode", f"{AR}.rollout.n"}),
@@ -155,13 +163,16 @@ CASES = [
     # verl reads rollout_correction with .get: without it nothing is corrected
     ("rfpp-no-rollout-correction", RFPP + ["~algorithm.rollout_correction"], set()),
     # every engine's packaged defaults split nothing; Megatron's tensor-parallel sequence_parallel is not a split
-    *((f"rfpp-{engine}-defaults", RFPP + [f"model_engine={engine}"], set()) for engine in ("megatron", "torchtitan", "veomni")),
+    *((f"rfpp-{engine}-defaults", RFPP + [f"model_engine={engine}"], set())
+      for engine in ("megatron", "torchtitan", "veomni")),
     ("base-fsdp-turbo-defaults", BASE + [f"{AR}.actor.strategy=fsdp_turbo"], set()),
-    ("base-megatron-tp-sequence-parallel", BASE + ["model_engine=megatron", f"{AR}.actor.megatron.sequence_parallel=True"], set()),
+    ("base-megatron-tp-sequence-parallel",
+     BASE + ["model_engine=megatron", f"{AR}.actor.megatron.sequence_parallel=True"], set()),
     # other estimators: never touched, whatever their settings
     ("grpo-anything", ["algorithm.adv_estimator=grpo", f"{AR}.rollout.n=1", "trainer.v1.trainer_mode=colocate_async",
                        f"{AR}.actor.ulysses_sequence_parallel_size=2", "algorithm.use_kl_in_reward=True"], set()),
-    ("gae-anything", ["algorithm.adv_estimator=gae", f"{AR}.actor.kl_loss_type=low_var_kl", "+async_training.x=1"], set()),
+    ("gae-anything", ["algorithm.adv_estimator=gae", f"{AR}.actor.kl_loss_type=low_var_kl", "+async_training.x=1"],
+     set()),
     ("rloo-anything", ["algorithm.adv_estimator=rloo", f"{AR}.actor.policy_loss.loss_mode=vanilla"], set()),
 ]
 
@@ -267,7 +278,8 @@ def test_every_violation_names_a_rule_that_reads_its_key(overrides, expected):
         if rule.id == "6.2.4":
             assert validation.SEQUENCE_SPLITTING_KEY.match(violation.key.rsplit(".", 1)[-1])
         elif rule.id == validation.COMPLETENESS:
-            assert any(violation.key in r.keys for r in validation.RULES) or violation.key in validation.REQUIRED_KEYS[estimator]
+            assert (any(violation.key in r.keys for r in validation.RULES)
+                    or violation.key in validation.REQUIRED_KEYS[estimator])
         else:
             assert violation.key in rule.keys
 
@@ -305,7 +317,8 @@ def _tree_keys(node, prefix):
     for name in node:
         key = f"{prefix}.{name}"
         yield key
-        if not OmegaConf.is_interpolation(node, name) and not OmegaConf.is_missing(node, name) and isinstance(node[name], DictConfig):
+        if (not OmegaConf.is_interpolation(node, name) and not OmegaConf.is_missing(node, name)
+                and isinstance(node[name], DictConfig)):
             yield from _tree_keys(node[name], key)
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 import verl  # noqa: F401  (loads the plugin through its entry point)
+
 from verl_rfpp import cli, plugin, validation
 from verl_rfpp.patching import ABSENT, _resolve
 from verl_rfpp.plugin.compose import compose_verl_config

@@ -12,16 +12,16 @@ import json
 import sys
 
 import ray
+import verl  # noqa: F401  (loads the plugin in this driver, as in verl's TaskRunner)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-import verl  # noqa: F401  (loads the plugin in this driver, as in verl's TaskRunner)
 from verl_rfpp.plugin import workers
 
 
 @ray.remote(num_cpus=0)
 class Worker:
     def __init__(self) -> None:
-        import verl  # noqa: F401  (loads the plugin where the node's environment allows it)
+        import verl  # noqa: F401, F811  (in the actor's process: loads the plugin where the node's environment allows it)
 
     def ready(self) -> bool:
         return True

@@ -145,7 +145,8 @@ def _check(args: argparse.Namespace) -> int:
     if composition is not None:
         print(composition)
         return 3
-    unreadable = found.unread or (found.refusal if isinstance(found.refusal, validation.UnreadableConfigError) else None)
+    unreadable = found.unread or (
+        found.refusal if isinstance(found.refusal, validation.UnreadableConfigError) else None)
     if unreadable is not None:
         print(_unreadable_message(unreadable, words))
     elif found.refusal is not None:
@@ -361,9 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(handler=_doctor)
     check = commands.add_parser(
         "check", help="validate a launch script or Hydra overrides against the contract",
-        usage="verl-rfpp check [-h] [-cp DIR] [-cn NAME] [OVERRIDES ...]\n       verl-rfpp check [-h] SCRIPT [ARGUMENTS ...]",
+        usage=("verl-rfpp check [-h] [-cp DIR] [-cn NAME] [OVERRIDES ...]\n"
+               "       verl-rfpp check [-h] SCRIPT [ARGUMENTS ...]"),
         epilog=CHECK_EXIT_CODES.replace("VERL_LOG", CHECK_LOG), formatter_class=argparse.RawDescriptionHelpFormatter)
-    check.add_argument("-cp", "--config-path", help="main_ppo's --config-path (relative to verl/trainer, as Hydra reads it)")
+    check.add_argument("-cp", "--config-path",
+                       help="main_ppo's --config-path (relative to verl/trainer, as Hydra reads it)")
     check.add_argument("-cn", "--config-name", help="main_ppo's --config-name (default ppo_trainer)")
     check.add_argument("arguments", nargs="*", metavar="SCRIPT | OVERRIDES",
                        help="a launch script and its arguments, or Hydra overrides as given to main_ppo")

@@ -69,7 +69,7 @@ class LocalCluster:
         self._before: Optional[set[int]] = None  # this process's children before the cluster
         self._nodes_by_index: dict[int, Any] = {}  # Ray's Node objects
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         self.start()
         return self
 

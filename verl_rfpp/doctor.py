@@ -38,7 +38,7 @@ class Report:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Report":
+    def from_dict(cls, data: dict) -> Report:
         return cls(data["verl_rfpp_version"], data["verl_version"], data["plugin_loaded"],
                    [(label, bool(ok)) for label, ok in data["checks"]], list(data["problems"]))
 
@@ -95,10 +95,12 @@ def kernel_cases():
          lambda: reinforce_plus_plus(torch.tensor([[1.0, 4.0, 9.0]]), bool_mask, {"gamma": 0.5}),
          [[3.0, 4.0, 0.0]], [[-1.0, 1.0, 0.0]]),
         ("reinforce_plus_plus_baseline, int64 mask",
-         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]), int_mask.repeat(2, 1), pair),
+         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]),
+                                              int_mask.repeat(2, 1), pair),
          [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
         ("reinforce_plus_plus_baseline, bool mask",
-         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]), bool_mask.repeat(2, 1), pair),
+         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]),
+                                              bool_mask.repeat(2, 1), pair),
          [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
     ]
 

@@ -160,7 +160,8 @@ def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: A
     no group and get ``C_i = 0``; a group of one gets 0.
     """
     if not (isinstance(scores, torch.Tensor) and scores.dim() == 1 and scores.is_floating_point()
-            and isinstance(lengths, torch.Tensor) and lengths.shape == scores.shape and not lengths.is_floating_point()):
+            and isinstance(lengths, torch.Tensor) and lengths.shape == scores.shape
+            and not lengths.is_floating_point()):
         raise RfppInputError(
             f"verl_rfpp: group_centered_rewards needs scores, a floating (bs,) tensor, and lengths, an "
             f"integer tensor of the same shape; got {inputs.describe(scores)} and {inputs.describe(lengths)}."
@@ -189,7 +190,8 @@ def session_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index:
     valid token are in no session and no group and get 0. One output per session gives section 3.2.
     """
     if not (isinstance(scores, torch.Tensor) and scores.dim() == 1 and scores.is_floating_point()
-            and isinstance(lengths, torch.Tensor) and lengths.shape == scores.shape and not lengths.is_floating_point()):
+            and isinstance(lengths, torch.Tensor) and lengths.shape == scores.shape
+            and not lengths.is_floating_point()):
         raise RfppInputError(
             f"verl_rfpp: session_centered_rewards needs scores, a floating (bs,) tensor, and lengths, an "
             f"integer tensor of the same shape; got {inputs.describe(scores)} and {inputs.describe(lengths)}."
@@ -221,7 +223,8 @@ def session_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index:
 def _session_codes(session: Any, batch: int) -> tuple[torch.Tensor, int, np.ndarray]:
     """Integer ids of the ``session`` label of each row, their number, and which rows have none."""
     if isinstance(session, (str, bytes, Mapping)) or not (
-            isinstance(session, (torch.Tensor, np.ndarray)) or (isinstance(session, Sized) and isinstance(session, Iterable))):
+            isinstance(session, (torch.Tensor, np.ndarray))
+            or (isinstance(session, Sized) and isinstance(session, Iterable))):
         raise RfppInputError(
             f"verl_rfpp: session = {inputs.describe(session)}: expected one session label per row as a list, "
             "tuple, numpy array or tensor (docs/contract.md section 3.7), or session=None when every "

@@ -28,7 +28,9 @@ def describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         if value.is_nested:
             return "a nested tensor"
-        return f"a {value.layout} tensor" if value.layout != torch.strided else f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+        if value.layout != torch.strided:
+            return f"a {value.layout} tensor"
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     return f"{type(value).__name__} {value!r}"[:120]
 
 

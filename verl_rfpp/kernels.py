@@ -240,6 +240,6 @@ def run(kernel, shape: tuple[int, int], threads: int, *arrays) -> None:
         return
     bounds = np.linspace(0, rows, blocks + 1).astype(np.int64).tolist()
     with ThreadPoolExecutor(max_workers=blocks, thread_name_prefix="verl_rfpp") as pool:
-        futures = [pool.submit(kernel, *arrays, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        futures = [pool.submit(kernel, *arrays, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
         for future in futures:
             future.result()

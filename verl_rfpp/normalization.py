@@ -196,7 +196,8 @@ def normalize_row_constant(
         inputs.check_tensor(valid, "valid")
         if valid.dtype != torch.bool:
             raise RfppInputError(f"verl_rfpp: valid must be a bool tensor, got {valid.dtype}; pass response_mask != 0.")
-        if not isinstance(row_values, torch.Tensor) or row_values.shape != valid.shape[:1] or row_values.dtype not in inputs.VALUE_DTYPES:
+        if (not isinstance(row_values, torch.Tensor) or row_values.shape != valid.shape[:1]
+                or row_values.dtype not in inputs.VALUE_DTYPES):
             raise RfppInputError(
                 f"verl_rfpp: row_values must be a ({inputs.dtype_names(inputs.VALUE_DTYPES)}) tensor of shape "
                 f"({valid.shape[0]},), one value per row of valid; got {inputs.describe(row_values)}."

@@ -170,7 +170,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     this one execution."""
 
     def __init__(self) -> None:
-        self.pending: dict[str, dict[str, "Patch"]] = {}  # module -> the patches waiting for it, by name
+        self.pending: dict[str, dict[str, Patch]] = {}  # module -> the patches waiting for it, by name
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         patches = self.pending.pop(fullname, None)

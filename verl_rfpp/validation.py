@@ -257,7 +257,7 @@ class Rule:
     keys: tuple[str, ...]
     accepts: str
     why: str
-    find: Callable[[DictConfig, str, "Rule"], list[Violation]]
+    find: Callable[[DictConfig, str, Rule], list[Violation]]
 
     def violation(self, key: str, found: Any, required: str, fixes: tuple[str, ...], why: str = "") -> Violation:
         return Violation(self.id, key, found, required, why or self.why, fixes)
@@ -614,7 +614,7 @@ def _one_edit_apart(first: str, second: str) -> bool:
         return False
     if len(first) > len(second):
         first, second = second, first
-    for index, (a, b) in enumerate(zip(first, second)):
+    for index, (a, b) in enumerate(zip(first, second, strict=False)):  # second may be one longer
         if a != b:
             tail = index + 1 if len(first) == len(second) else index
             return first[tail:] == second[index + 1:]

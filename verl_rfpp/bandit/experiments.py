@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from verl_rfpp import losses
-from verl_rfpp.errors import RfppError
 from verl_rfpp.bandit.env import TabularBandit, advantages_from, draw_batch, entropy, sgd_step
+from verl_rfpp.errors import RfppError
 
 GRPO, RLOO = "grpo", "rloo"
 GRPO_POP = "grpo_population_std"  # GRPO standardized with the population std (ddof 0); not in verl
@@ -242,13 +242,13 @@ def tune_learning_rate(evaluate: Callable[[float], Sequence[float]], initial: Se
     best_mean = max(means)
     return {
         "grid": rates,
-        "pass_rate_by_lr": {str(lr): m for lr, m in zip(rates, means)},
+        "pass_rate_by_lr": {str(lr): m for lr, m in zip(rates, means, strict=True)},
         "std_by_lr": {str(lr): _std(per_seed[lr]) for lr in rates},
         "per_seed_by_lr": {str(lr): per_seed[lr] for lr in rates},
         "best_lr": str(best),
         "pass_rate": best_mean,
         "pass_rate_std": _std(per_seed[best]),
-        "near_best_from_lr": str(next(lr for lr, m in zip(rates, means) if m >= best_mean - tolerance)),
+        "near_best_from_lr": str(next(lr for lr, m in zip(rates, means, strict=True) if m >= best_mean - tolerance)),
         "status": status,
     }
 

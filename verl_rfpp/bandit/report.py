@@ -78,7 +78,7 @@ def _plots(out: Path, results: dict, curves: dict) -> None:
     for key, name, ylabel in (("quality", "noise_quality.png", "expected quality, informative prompts"),
                               ("flat_entropy", "noise_flat_entropy.png", "entropy on flat prompts (nats)")):
         figure, axes = plt.subplots(1, len(lrs), figsize=(4 * len(lrs), 3.4), sharey=True, squeeze=False)
-        for axis, lr in zip(axes[0], lrs):
+        for axis, lr in zip(axes[0], lrs, strict=True):
             for method, by_lr in curves.items():
                 axis.plot(by_lr[lr][key], label=LABELS[method])
             if key == "quality":
@@ -146,7 +146,7 @@ def _kl_plot(plt, out: Path, kl: dict) -> None:
             norm_axis.plot(x, data[name]["norm_ratio_forward"], marker=marker, linestyle=line, color=color,
                            label=f"|{label}| / |forward|")
             var_axis.plot(x, data[name]["sample_var"], marker=marker, linestyle=line, color=color, label=label)
-        norm_axis.plot(x, [r / f for r, f in zip(data["reverse_norm"], data["forward_norm"])], "k:",
+        norm_axis.plot(x, [r / f for r, f in zip(data["reverse_norm"], data["forward_norm"], strict=True)], "k:",
                        label="|reverse| / |forward|")
         cos_axis.set_title("cosine of E grad with the KL gradients (solid: reverse, dotted: forward)", fontsize=8)
         norm_axis.set_title("norm of E grad relative to the forward-KL gradient", fontsize=8)
@@ -240,9 +240,11 @@ def _binary_section(results: dict) -> list[str]:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for key, cell in binary.items():
         vs = cell["vs_top"]
-        lines.append(f"| {_label(key, cell)} | {cell['best_lr']} | {cell['pass_rate']:.4f} +- {cell['pass_rate_std']:.4f}"
+        lines.append(f"| {_label(key, cell)} | {cell['best_lr']} | "
+                     f"{cell['pass_rate']:.4f} +- {cell['pass_rate_std']:.4f}"
                      f" | {cell['status']} | {cell['near_best_from_lr']} | "
-                     f"{vs['paired_diff_mean']:+.4f} +- {vs['paired_diff_std']:.4f} | {'yes' if vs['ties'] else 'no'} |")
+                     f"{vs['paired_diff_mean']:+.4f} +- {vs['paired_diff_std']:.4f} | "
+                     f"{'yes' if vs['ties'] else 'no'} |")
     rates = sorted({lr for cell in binary.values() for lr in cell["grid"]})
     lines += ["", "Pass rate by learning rate (mean +- std over seeds; blank: not run):", "",
               "| lr | " + " | ".join(_label(key, cell) for key, cell in binary.items()) + " |",
@@ -293,7 +295,7 @@ def _ceiling_lines(results: dict) -> list[str]:
 def _paired_gap(a: dict, b: dict) -> float:
     """Mean over seeds of a's pass rate at its best rate minus b's at its own."""
     first, second = a["per_seed_by_lr"][a["best_lr"]], b["per_seed_by_lr"][b["best_lr"]]
-    return sum(x - y for x, y in zip(first, second)) / len(first)
+    return sum(x - y for x, y in zip(first, second, strict=True)) / len(first)
 
 
 def _tie_groups(main: dict, tol: float) -> list[list[str]]:
@@ -328,7 +330,8 @@ def _kl_table(data: dict, xkey: str, xname: str) -> list[str]:
         for name in ("k2", "k3", "k3_verl"):
             row = data[name]
             clamped = str(data["verl_clamped_tokens"][i]) if name == "k3_verl" else ""
-            lines.append(f"| {x:g} | {KL_NAMES[name]} | {row['cos_reverse'][i]:.4f} | {row['norm_ratio_reverse'][i]:.4f} | "
+            lines.append(f"| {x:g} | {KL_NAMES[name]} | "
+                         f"{row['cos_reverse'][i]:.4f} | {row['norm_ratio_reverse'][i]:.4f} | "
                          f"{row['cos_forward'][i]:.4f} | {row['norm_ratio_forward'][i]:.4f} | "
                          f"{row['sample_var'][i]:.4g} | {clamped} |")
     return lines
@@ -337,7 +340,7 @@ def _kl_table(data: dict, xkey: str, xname: str) -> list[str]:
 def _lower_until(data: dict, xkey: str) -> str:
     """The last point, from the first on, up to which unclamped k3's variance stays below k2's."""
     last = None
-    for x, k3, k2 in zip(data[xkey], data["k3"]["sample_var"], data["k2"]["sample_var"]):
+    for x, k3, k2 in zip(data[xkey], data["k3"]["sample_var"], data["k2"]["sample_var"], strict=True):
         if k3 >= k2:
             break
         last = x
@@ -347,7 +350,7 @@ def _lower_until(data: dict, xkey: str) -> str:
 def _kl_section(kl: dict) -> list[str]:
     rd, ct, clamp = kl["random_direction"], kl["collapsed_token"], kl["verl_clamp"]
     far, tiny = len(rd["distance"]) - 1, len(ct["policy_prob"]) - 1
-    clamped_from = next((p for p, n in zip(ct["policy_prob"], ct["verl_clamped_tokens"]) if n), None)
+    clamped_from = next((p for p, n in zip(ct["policy_prob"], ct["verl_clamped_tokens"], strict=True) if n), None)
     near = 0
     lines = ["## 3. KL estimators as losses (exact enumeration over a 5-token categorical, float64)", "",
              "For x ~ pi_theta (held fixed) each estimator k(x) used as a loss contributes g(x) = grad k(x) "
@@ -359,7 +362,7 @@ def _kl_section(kl: dict) -> list[str]:
              f"[-{clamp['log_ratio']:g}, {clamp['log_ratio']:g}] and the value to [-{clamp['value']:g}, "
              f"{clamp['value']:g}]; its gradient is 0 wherever r < {clamp['zero_gradient_below_r']:.3g} or "
              f"r > {clamp['zero_gradient_above_r']:.4g}.", "",
-             f"### 3.1 Random direction (policy = reference + distance x a random unit direction of the logits)", "",
+             "### 3.1 Random direction (policy = reference + distance x a random unit direction of the logits)", "",
              *_kl_table(rd, "distance", "distance"), "",
              "### 3.2 Collapsed token (the k3 criticism's regime)", "",
              f"Reference {ct['reference']}; the policy has pushed x* (token 0, pi_ref(x*) = {ct['reference'][0]}) "

@@ -80,7 +80,8 @@ class HFRolloutServer:
         log_probs = None
         if params.get("logprobs"):
             log_probs = [torch.log_softmax(score[0].float(), dim=-1)[token].item()
-                         for score, token in zip(out.scores, tokens)]
+                         # tokens are cut after the first eos; scores may run on
+                         for score, token in zip(out.scores, tokens, strict=False)]
         return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason="completed",
                            extra_fields={"global_steps": self.global_steps})
 
@@ -119,7 +120,8 @@ class HFServerAdapter(BaseRollout):
     def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
         super().__init__(config, model_config, device_mesh)
         rank = int(os.environ.get("RANK", "0"))
-        world = self.config.tensor_model_parallel_size * self.config.data_parallel_size * self.config.pipeline_model_parallel_size
+        world = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
+                 * self.config.pipeline_model_parallel_size)
         self.replica_rank = rank // world if replica_rank == -1 else replica_rank
         self.rollout_rank = rank % world
         self._server: Optional[ray.actor.ActorHandle] = None

@@ -121,7 +121,8 @@ def _group_noise(records: list[dict]) -> dict[tuple[float, float], dict[str, lis
     """``{(lr, noise_std): {method key: [records by seed]}}``."""
     grouped: dict[tuple[float, float], dict[str, list[dict]]] = {}
     for record in sorted(records, key=lambda r: r["seed"]):
-        grouped.setdefault((record["lr"], record["noise_std"]), {}).setdefault(record["method"]["key"], []).append(record)
+        by_method = grouped.setdefault((record["lr"], record["noise_std"]), {})
+        by_method.setdefault(record["method"]["key"], []).append(record)
     return grouped
 
 
@@ -170,7 +171,7 @@ def verdicts(table: dict[str, dict[str, dict]]) -> dict[str, dict]:
             both = sorted(set(a["seeds"]) & set(b["seeds"]))
             left = [a[name]["per_seed"][a["seeds"].index(s)] for s in both]
             right = [b[name]["per_seed"][b["seeds"].index(s)] for s in both]
-            diffs = [x - y for x, y in zip(left, right)]
+            diffs = [x - y for x, y in zip(left, right, strict=True)]
             return {"seeds": both, "diff_mean": mean(diffs), "diff_std": std(diffs), "per_seed": diffs,
                     "ratio": mean(left) / mean(right) if mean(right) else float("inf")}
 
@@ -228,7 +229,7 @@ def plots(out: Path, records: list[dict], start: dict[str, float], best: float, 
               (P + "flat_adv_rms", "flat prompts: advantage rms", None, None))
     for (lr, noise), methods in _group_noise(records).items():
         figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-        for axis, (tag, title, level, level_label) in zip(axes.flat, panels):
+        for axis, (tag, title, level, level_label) in zip(axes.flat, panels, strict=True):
             for runs in methods.values():
                 seeds = len(seed_series(runs, tag))
                 band(axis, runs, tag, f"{runs[0]['method']['label']} ({seeds} seeds)", alpha=0.12)
@@ -342,7 +343,8 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
                 c = v["control"]
                 lines.append(f"- Control, ours minus verl's REINFORCE++-baseline (seeds "
                              f"{c['flat_kl_from_start']['seeds']}): flat KL "
-                             f"{c['flat_kl_from_start']['diff_mean']:+.4f} ± {c['flat_kl_from_start']['diff_std']:.4f}, "
+                             f"{c['flat_kl_from_start']['diff_mean']:+.4f} ± "
+                             f"{c['flat_kl_from_start']['diff_std']:.4f}, "
                              f"informative true reward {c['informative_true_reward']['diff_mean']:+.3f} ± "
                              f"{c['informative_true_reward']['diff_std']:.3f}.")
         lines += ["", f"![noisy rewards at lr {lr}](noisy_lr{float(lr):g}.png)", ""]
@@ -432,8 +434,8 @@ def command(args, echo: Callable[[str], None]) -> int:
     records = run_all(out, steps, seeds, lrs, methods, args.noise_std, progress=echo)
     control = ()
     if args.control:
-        control = tuple(run_all(out, steps, args.control, lrs, tuple(m for m in METHODS_NOISY if m.key in CONTROL_METHODS),
-                                0.0, progress=echo))
+        control_methods = tuple(m for m in METHODS_NOISY if m.key in CONTROL_METHODS)
+        control = tuple(run_all(out, steps, args.control, lrs, control_methods, 0.0, progress=echo))
     spec = noisy_task.build_assets(out / "assets" / "noisy")
     write(out, records, spec, control=control)
     echo((out / "report.md").read_text())

@@ -116,7 +116,8 @@ def build_assets(root: Path, task_seed: int = 0) -> dict:
                                             tokenize=True)
         ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
         if tokenizer.convert_ids_to_tokens(ids) != ["<|im_start|>", text[:1], text[1:], "<|im_end|>", "<|im_start|>"]:
-            raise NoisyTaskError(f"the tokenizer splits the prompt {text!r} into {tokenizer.convert_ids_to_tokens(ids)}; "
+            raise NoisyTaskError(f"the tokenizer splits the prompt {text!r} into "
+                                 f"{tokenizer.convert_ids_to_tokens(ids)}; "
                                  "expected <|im_start|>, the word, the digit, <|im_end|>, <|im_start|>")
         with torch.no_grad():
             start = torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1).tolist()
@@ -151,7 +152,8 @@ def build_data(directory: Path, seed: int, steps: int, noise_std: float, task_se
 
     order = []
     for _ in range(steps):
-        block = [*rng.sample(by_kind["informative"], batch_prompts // 2), *rng.sample(by_kind["flat"], batch_prompts // 2)]
+        block = [*rng.sample(by_kind["informative"], batch_prompts // 2),
+                 *rng.sample(by_kind["flat"], batch_prompts // 2)]
         rng.shuffle(block)
         order += block
     train = [row(text, index, "train") for index, text in enumerate(order)]
@@ -188,7 +190,7 @@ def _entropy(probs: list[float]) -> float:
 
 
 def _kl(probs: list[float], start: list[float]) -> float:
-    return sum(p * (math.log(p) - math.log(q)) for p, q in zip(probs, start) if p > 0)
+    return sum(p * (math.log(p) - math.log(q)) for p, q in zip(probs, start, strict=True) if p > 0)
 
 
 def policy_metrics(spec: dict, probs: list[list[float]]) -> dict[str, float]:
@@ -197,7 +199,7 @@ def policy_metrics(spec: dict, probs: list[list[float]]) -> dict[str, float]:
     KL(pi || pi_start) per kind."""
     groups: dict[str, list[dict]] = {"informative": [], "flat": []}
     for row, p in zip(spec["prompts"], probs, strict=True):
-        groups[row["kind"]].append({"quality": sum(pi * q for pi, q in zip(p, row["quality"])),
+        groups[row["kind"]].append({"quality": sum(pi * q for pi, q in zip(p, row["quality"], strict=True)),
                                     "entropy": _entropy(p), "kl": _kl(p, row["start"])})
     mean = lambda kind, key: sum(r[key] for r in groups[kind]) / len(groups[kind])  # noqa: E731
     return {PREFIX + "informative_true_reward": mean("informative", "quality"),

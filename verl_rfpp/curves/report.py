@@ -38,7 +38,7 @@ def summarize(records: list[dict]) -> dict[str, dict]:
             "seeds": len(runs),
             "reward_first": mean(first), "reward_first_std": std(first),
             "reward_last": mean(last), "reward_last_std": std(last),
-            "gain": [b - a for a, b in zip(first, last)],
+            "gain": [b - a for a, b in zip(first, last, strict=True)],
             "kl_tag": kl_tag, "kl_last": mean([mean(series(r, kl_tag)[-WINDOW:]) for r in runs]),
             "adv_std": mean([mean(series(r, ADV_STD)) for r in runs]),
             "rfpp_metrics_in_tensorboard": all(all(tag in r["metrics"] for tag in RFPP_METRICS) for r in runs),
@@ -112,7 +112,8 @@ def report(records: list[dict], steps: int) -> str:
         "model starts from the same weights). Every number here was read back from verl's `tensorboard`",
         "logger's event files.",
         "",
-        f"| method | reward, first {WINDOW} steps | reward, last {WINDOW} steps | gain per seed | KL, last {WINDOW} steps "
+        f"| method | reward, first {WINDOW} steps | reward, last {WINDOW} steps | gain per seed "
+        f"| KL, last {WINDOW} steps "
         "| advantage std | `rfpp/` metrics in tensorboard | s per run |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -42,7 +42,7 @@ def session_labels(batch_keys: Any, uids: Any) -> np.ndarray:
         raise SessionKeyError(f"verl_rfpp: verl passed {len(keys)} batch keys for {len(uids)} rows; "
                               "the plugin cannot tell each row's agent session (docs/contract.md section 3.7).")
     labels = np.empty(len(keys), dtype=object)
-    for row, (key, uid) in enumerate(zip(keys, uids)):
+    for row, (key, uid) in enumerate(zip(keys, uids, strict=True)):
         prefix, _, output = str(key).rpartition("_")
         uid_part, _, session_id = prefix.rpartition("_")
         if not (output.isdigit() and session_id.isdigit() and uid_part == str(uid)):

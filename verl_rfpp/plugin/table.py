@@ -57,7 +57,8 @@ V1_WORKERS = Patch(
     workers._checking_workers, workers.V1_INTERNALS, UNCHANGED + " unless the estimator is ours")
 SESSIONS = Patch(
     "baseline counts each agent session once (v1 trainer)", sessions.V1_TRAINER, Attribute(sessions.FUNCTION),
-    sessions._counting_sessions, sessions.INTERNALS, UNCHANGED + " unless the estimator is reinforce_plus_plus_baseline")
+    sessions._counting_sessions, sessions.INTERNALS,
+    UNCHANGED + " unless the estimator is reinforce_plus_plus_baseline")
 
 # The finder first (the others may wait for it), then the validation wrapper, so that a later
 # failure is caught by its activation guard.

@@ -131,10 +131,10 @@ def check_workers(actors: list[tuple[str, Any]], expected_version: Optional[str]
         expected_version = verl_rfpp.__version__
     probe = probe_function()
     reports = ray.get([actor.__ray_call__.remote(probe) for _, actor in actors], timeout=PROBE_TIMEOUT_S)
-    for (name, _), report in zip(actors, reports):
+    for (name, _), report in zip(actors, reports, strict=True):
         report["name"] = name
         _trace(report)
-    bad = [(name, report, problem) for (name, _), report in zip(actors, reports)
+    bad = [(name, report, problem) for (name, _), report in zip(actors, reports, strict=True)
            for problem in [problem_of(report, expected_version)] if problem]
     if bad:
         lines = [f"- {describe(name, report)}: {problem}" for name, report, problem in bad]
