@@ -9,8 +9,8 @@ their verl subsystem):
   config before Ray starts (section 6) and fails when our estimators are not the ones registered;
 - ``registries``: replaces verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline``
   registry entries, and ``actor_loss`` registers the ``rfpp`` policy loss (section 5), right
-  after verl first imports ``core_algos`` (``imports.after_import``: importing it from here would
-  cost every verl process about 1 s);
+  after verl first imports ``core_algos`` (the table's post-import finder: importing it from here
+  would cost every verl process about 1 s);
 - ``actor_loss``: verl's ``ppo_loss`` selects the masked inputs of an ``rfpp`` actor (section
   1.3; verl's k2 term multiplies by the mask), wrapped when verl imports its losses module;
 - ``engine``: the ``rfpp`` actor loss's response mean divides by the mini-batch's responses, not
@@ -19,7 +19,9 @@ their verl subsystem):
   loggers (section 7);
 - ``runtime_env``: the Ray job of a run of ours loads the plugin on every node (section 8.6);
 - ``workers``: a run of ours checks, before its first rollout, that every worker runs this plugin
-  at the driver's version (section 8.4).
+  at the driver's version (section 8.4);
+- ``sessions``: in verl's v1 advantage step, REINFORCE++-baseline counts each agent session once
+  in its prompt's group mean (section 3.7).
 
 Each patch states the verl internals it relies on and checks all of them before it changes
 anything (``verl_rfpp.patching``): a verl that moved one gets that patch recorded as failed,
