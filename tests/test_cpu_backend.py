@@ -27,9 +27,11 @@ def test_cpu_backend_registers_platform_and_rollout_when_asked():
         "from verl.plugin.platform.platform_manager import PlatformRegistry\n"
         "from verl.workers.rollout.replica import RolloutReplicaRegistry\n"
         "from verl.workers.rollout.base import get_rollout_class\n"
-        "import verl.utils.distributed as d\n"
+        "import verl.utils.distributed\n"
+        "from verl_rfpp.cpu import patches\n"
+        "gloo = next(p for p in patches.TABLE if p.module == patches.DISTRIBUTED)\n"
         "print(PlatformRegistry.get('cpu').__name__, RolloutReplicaRegistry.get('hf_cpu').__name__,"
-        " get_rollout_class('hf_cpu').__name__, hasattr(d.initialize_global_process_group_ray, '__verl_rfpp_cpu__'))\n"
+        " get_rollout_class('hf_cpu').__name__, gloo.applied())\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                             env={**launch.trainer_environment(launch.Path("/tmp"))})
