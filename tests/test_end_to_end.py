@@ -1,8 +1,8 @@
 """verl's real trainers on the CPU with our estimators (python -m verl.trainer.main_ppo in a
 subprocess, Ray, FSDP2 workers on 1 or 2 ranks with gloo, hf_cpu rollout, reference model,
 weight sync). Marked e2e. Three trainer runs cover: both estimators, both trainers, 2 ranks,
-the rfpp/ metrics in verl's tensorboard logger, 2 Ray nodes, the ``verl-rfpp demo`` command's
-output, and multi-turn masks with interior holes (one run of the demo covers the last three)."""
+the rfpp/ metrics in verl's tensorboard logger, the ``verl-rfpp demo`` command's output, and
+multi-turn masks with interior holes."""
 
 from __future__ import annotations
 
@@ -77,54 +77,57 @@ def test_two_ranks_train_and_advantages_are_computed_once_globally(estimator, le
         assert step2["rfpp/raw_adv_mean"] != pytest.approx(step2["critic/score/mean"], abs=1e-9)
 
 
+def test_demo_command_multi_turn_with_tool_gives_interior_mask_holes(tmp_path, capsys):
+    """``verl-rfpp demo --multi-turn``: verl's tool_agent loop with the toy tool; the batches the
+    actor trains on have response_mask holes (the tool's tokens), and the demo prints a short,
+    readable report ending in PASS while verl's log goes to a file."""
+    code = cli.main(["demo", "--out", str(tmp_path), "--steps", "2", "--multi-turn"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.strip().splitlines()
+    assert len(lines) < 20, out
+    assert [line.split()[1] for line in lines if line.startswith("step ")] == ["1/2", "2/2"]
+    assert lines[-1].startswith("PASS: ")
+    assert "step:2 - " in (tmp_path / "verl.log").read_text()
+
+    trace_lines = (tmp_path / "trace.txt").read_text().splitlines()
+    result = launch.RunResult(returncode=0, trace=trace_lines)
+    for line in (tmp_path / "verl.log").read_text().splitlines():
+        parsed = launch.parse_step_line(line)
+        if parsed:
+            result.steps[parsed[0]] = parsed[1]
+            result.driver_pids.add(int(line.split("pid=")[1].split(")")[0]))
+    per_step = _common_checks(result, "reinforce_plus_plus_baseline", steps=2, ranks=1)
+    for _, rank_lines in per_step:
+        assert sum(int(f["holes"]) for f in rank_lines) > 0
+
+
 def _descendants() -> set[int]:
     import psutil
 
     return {child.pid for child in psutil.Process().children(recursive=True)}
 
 
-def _result_of_demo(out_dir) -> launch.RunResult:
-    """The run the ``verl-rfpp demo`` command left in ``out_dir``, read back from its trace and verl's log."""
-    result = launch.RunResult(returncode=0, trace=(out_dir / "trace.txt").read_text().splitlines())
-    for line in (out_dir / "verl.log").read_text().splitlines():
-        parsed = launch.parse_step_line(line)
-        if parsed:
-            result.steps[parsed[0]] = parsed[1]
-            result.driver_pids.add(int(line.split("pid=")[1].split(")")[0]))
-    return result
-
-
-def test_demo_multi_turn_on_two_ray_nodes_puts_one_rank_on_each_and_stops_every_process(tmp_path, capsys):
-    """``verl-rfpp demo --nodes 2 --multi-turn``: a Ray cluster of two raylets on loopback, verl's
-    trainer with ``trainer.nnodes=2`` and the multi-node example's overrides, one FSDP rank per
-    node, verl's tool_agent loop with the toy tool. The demo prints a short, readable report ending
-    in PASS while verl's log goes to a file; the verdict names the node (id and address, from Ray)
-    of every rank; the batches the actor trains on have response_mask holes (the tool's tokens);
-    every process is gone afterwards."""
+def test_demo_on_two_ray_nodes_puts_one_rank_on_each_and_stops_every_process(tmp_path, capsys):
+    """``verl-rfpp demo --nodes 2``: a Ray cluster of two raylets on loopback, verl's trainer with
+    ``trainer.nnodes=2`` and the multi-node example's overrides, one FSDP rank per node; the
+    verdict names the node (id and address, from Ray) of every rank, and every process is gone
+    afterwards."""
     before = _descendants()
-    code = cli.main(["demo", "--nodes", "2", "--steps", "2", "--multi-turn", "--out", str(tmp_path)])
+    code = cli.main(["demo", "--nodes", "2", "--steps", "2", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
-    lines = out.strip().splitlines()
-    # a one-node report's bound, plus the 6 lines of the cluster (header, nodes, 2 ranks, TaskRunner, process group)
-    assert len(lines) < 20 + 6, out
-    assert [line.split()[1] for line in lines if line.startswith("step ")] == ["1/2", "2/2"]
-    assert lines[-1].startswith("PASS: ") and "on 2 Ray nodes (trainer.nnodes=2)" in out
-    assert "step:2 - " in (tmp_path / "verl.log").read_text()
+    assert out.strip().splitlines()[-1].startswith("PASS: ") and "on 2 Ray nodes (trainer.nnodes=2)" in out
     argv = (tmp_path / "verl.log").read_text().splitlines()[0].split()
     for override in launch.example_overrides(2):  # the example's overrides went through, verbatim
         assert (override in argv) != override.startswith(tuple(k + "=" for k in launch.REPLACED_FOR_CPU)), override
     assert "trainer.nnodes=2" in argv and "trainer.n_gpus_per_node=1" in argv
-    assert "actor_rollout_ref.rollout.multi_turn.enable=True" in argv
-    rank_lines = [line.split() for line in lines if line.strip().startswith("rank ")]
+    rank_lines = [line.split() for line in out.splitlines() if line.strip().startswith("rank ")]
     assert [line[1] for line in rank_lines] == ["0:", "1:"], out
     nodes = {line[line.index("node") + 1] for line in rank_lines}
     assert len(nodes) == 2, out  # two distinct Ray node ids, read from Ray's actor table
     assert all(line[line.index("node") + 2].startswith("(127.0.0.1:") for line in rank_lines), out
     assert "one gloo process group across the nodes" in out
-    per_step = _common_checks(_result_of_demo(tmp_path), "reinforce_plus_plus_baseline", steps=2, ranks=2)
-    for _, rank_lines_of_step in per_step:
-        assert sum(int(f["holes"]) for f in rank_lines_of_step) > 0
     # the worker check of every rank (contract 8.4) ran before the first rollout, from inside each rank
     trace_lines = (tmp_path / "trace.txt").read_text().splitlines()
     worker_lines = trace.lines_of(trace_lines, "worker")
@@ -134,3 +137,4 @@ def test_demo_multi_turn_on_two_ray_nodes_puts_one_rank_on_each_and_stops_every_
     first_estimator = next(i for i, line in enumerate(trace_lines) if line.startswith("reinforce_plus_plus_baseline "))
     assert first_worker < first_estimator
     assert _descendants() <= before  # the cluster's raylets, GCS and workers are gone
+
