@@ -152,6 +152,17 @@ def _hashable(value: Any) -> bool:
     return True
 
 
+def _check_scores_and_lengths(name: str, scores: Any, lengths: Any) -> None:
+    """``scores``: a floating ``(bs,)`` tensor; ``lengths``: an integer tensor of the same shape."""
+    if not (isinstance(scores, torch.Tensor) and scores.dim() == 1 and scores.is_floating_point()
+            and isinstance(lengths, torch.Tensor) and lengths.shape == scores.shape
+            and not lengths.is_floating_point()):
+        raise RfppInputError(
+            f"verl_rfpp: {name} needs scores, a floating (bs,) tensor, and lengths, an "
+            f"integer tensor of the same shape; got {inputs.describe(scores)} and {inputs.describe(lengths)}."
+        )
+
+
 def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: Any) -> torch.Tensor:
     """``C_i = R_i - b_g`` with the inclusive group mean ``b_g`` (docs/contract.md section 3), float64.
 
@@ -159,13 +170,7 @@ def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: A
     row's valid-token count. Rows without any valid token are padding, not responses: they are in
     no group and get ``C_i = 0``; a group of one gets 0.
     """
-    if not (isinstance(scores, torch.Tensor) and scores.dim() == 1 and scores.is_floating_point()
-            and isinstance(lengths, torch.Tensor) and lengths.shape == scores.shape
-            and not lengths.is_floating_point()):
-        raise RfppInputError(
-            f"verl_rfpp: group_centered_rewards needs scores, a floating (bs,) tensor, and lengths, an "
-            f"integer tensor of the same shape; got {inputs.describe(scores)} and {inputs.describe(lengths)}."
-        )
+    _check_scores_and_lengths("group_centered_rewards", scores, lengths)
     batch = scores.shape[0]
     codes, groups, missing = group_codes(index, batch)
     is_response = lengths > 0
@@ -189,13 +194,7 @@ def session_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index:
     ``b_g`` the mean of ``R_s`` over the sessions of group ``g`` that have a response. Rows without a
     valid token are in no session and no group and get 0. One output per session gives section 3.2.
     """
-    if not (isinstance(scores, torch.Tensor) and scores.dim() == 1 and scores.is_floating_point()
-            and isinstance(lengths, torch.Tensor) and lengths.shape == scores.shape
-            and not lengths.is_floating_point()):
-        raise RfppInputError(
-            f"verl_rfpp: session_centered_rewards needs scores, a floating (bs,) tensor, and lengths, an "
-            f"integer tensor of the same shape; got {inputs.describe(scores)} and {inputs.describe(lengths)}."
-        )
+    _check_scores_and_lengths("session_centered_rewards", scores, lengths)
     batch = scores.shape[0]
     codes, groups, missing = group_codes(index, batch)
     sessions, session_count, session_missing = _session_codes(session, batch)
