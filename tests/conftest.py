@@ -18,6 +18,7 @@ import torch
 from _pytest.mark.expression import Expression
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
+from trainer_runs import v1_two_output_run  # noqa: F401  (a session fixture of the e2e modules)
 
 from verl_rfpp import passes
 

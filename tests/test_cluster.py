@@ -225,19 +225,3 @@ def test_both_trainers_worker_setup_is_wrapped_when_verl_imports_them_and_unwrap
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "True", "False", "False"], result.stdout + result.stderr
     assert "could not patch" not in result.stderr
-
-
-@pytest.mark.e2e
-def test_the_demo_runs_its_own_ray_while_another_cluster_runs_and_ray_address_names_it(cluster, tmp_path):
-    """This module's cluster stands for one the user runs: its address in RAY_ADDRESS and in Ray's
-    address file. The demo used to join it and die (`ValueError: When connecting to an existing
-    cluster, num_cpus and num_gpus must not be provided`); it must train on a Ray of its own and
-    leave that cluster alone."""
-    actors_before = cluster.node_of_pids()
-    env = {**ray_cluster.loopback_environment(), "RAY_ADDRESS": cluster.address}
-    result = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "demo", "--steps", "1", "--out",
-                             str(tmp_path / "demo")], env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1].startswith("PASS"), result.stdout[-4000:]
-    assert "existing cluster" not in (tmp_path / "demo" / "verl.log").read_text()
-    assert cluster.node_of_pids() == actors_before  # no actor of the demo on the user's cluster

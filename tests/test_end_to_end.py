@@ -1,14 +1,20 @@
 """verl's real trainers on the CPU with our estimators (python -m verl.trainer.main_ppo in a
 subprocess, Ray, FSDP2 workers on 1 or 2 ranks with gloo, hf_cpu rollout, reference model,
-weight sync). Marked e2e. Three trainer runs cover: both estimators, both trainers, 2 ranks,
-the rfpp/ metrics in verl's tensorboard logger, the ``verl-rfpp demo`` command's output, and
-multi-turn masks with interior holes."""
+weight sync). Marked e2e. Four trainer runs (one shared with tests/test_sessions.py) cover: both
+estimators, both trainers, 2 ranks, 2 Ray nodes, the rfpp/ metrics in verl's tensorboard logger,
+the ``verl-rfpp demo`` command's output, multi-turn masks with interior holes, and a demo beside a
+Ray cluster the user runs."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from verl_rfpp import cli
+from verl_rfpp import cluster as ray_cluster
 from verl_rfpp.cpu import demo, launch, trace
 from verl_rfpp.curves import runs
 
@@ -27,7 +33,7 @@ def _steps_of_trace(result, estimator):
     return steps
 
 
-def _common_checks(result, estimator, steps, ranks):
+def _common_checks(result, estimator, steps, ranks, mini_batches=1):
     log_tail = "".join(result.log[-60:])
     verdict = demo.judge(estimator, result, steps, ranks)
     assert verdict.passed, (verdict.problems, log_tail)
@@ -38,7 +44,7 @@ def _common_checks(result, estimator, steps, ranks):
     per_step = _steps_of_trace(result, estimator)
     assert len(per_step) == steps
     for estimator_line, rank_lines in per_step:
-        assert sorted(int(f["rank"]) for f in rank_lines) == list(range(ranks))
+        assert sorted(int(f["rank"]) for f in rank_lines) == sorted(list(range(ranks)) * mini_batches)
         assert sum(int(f["valid"]) for f in rank_lines) == int(estimator_line["valid_tokens"])
         assert {int(f["rows"]) for f in rank_lines} == {launch.PROMPTS * launch.SAMPLES // ranks}
     for step in range(1, steps + 1):
@@ -51,48 +57,70 @@ def _common_checks(result, estimator, steps, ranks):
     return per_step
 
 
-@pytest.mark.parametrize(
-    "estimator,legacy", [("reinforce_plus_plus", False), ("reinforce_plus_plus_baseline", True)],
-    ids=["rfpp-v1", "baseline-legacy"],
-)
-def test_two_ranks_train_and_advantages_are_computed_once_globally(estimator, legacy, tmp_path):
-    result = launch.run(estimator, tmp_path, steps=2, legacy=legacy, echo=False, timeout=900, ranks=2,
-                        loggers=("console", "tensorboard"))
-    per_step = _common_checks(result, estimator, steps=2, ranks=2)
+def _two_rank_checks(result, estimator, out_dir, mini_batches=1):
+    per_step = _common_checks(result, estimator, steps=2, ranks=2, mini_batches=mini_batches)
     # the rfpp/ metrics reached a real logger backend: verl's tensorboard event files
-    events = runs.read_events(tmp_path / "tensorboard")
+    events = runs.read_events(out_dir / "tensorboard")
     for name in demo.RFPP_METRICS:
         assert [step for step, _ in events[name]] == [1, 2]
     assert [value for _, value in events["rfpp/valid_tokens"]] == [result.steps[s]["rfpp/valid_tokens"] for s in (1, 2)]
     pids = {f["pid"] for _, rank_lines in per_step for f in rank_lines}
     assert len(pids) == 2  # two processes
-    if estimator == "reinforce_plus_plus_baseline":
-        assert result.steps[1]["actor/kl_loss"] == 0.0  # the policy starts at the reference
-        assert result.steps[2]["actor/kl_loss"] > 0.0
-    else:
-        # k1 shaping reached the returns: raw advantages are no longer the pure outcome reward
-        # (k1 = log p - log p_ref per token: its mean can have either sign)
-        step2 = result.steps[2]
-        assert step2["actor/reward_kl_penalty"] != 0.0
-        assert step2["rfpp/raw_adv_mean"] != pytest.approx(step2["critic/score/mean"], abs=1e-9)
 
 
-def test_demo_command_multi_turn_with_tool_gives_interior_mask_holes(tmp_path, capsys):
+def test_v1_trainer_on_two_ranks_baseline_advantages_are_computed_once_globally(v1_two_output_run):
+    """The session fixture (tests/trainer_runs.py): REINFORCE++-baseline in verl's v1 trainer with
+    the k2 KL loss; its agent loop returns 24 rows a step, so each rank trains 2 mini-batches.
+    tests/test_sessions.py checks the same run's advantages per session."""
+    result = v1_two_output_run.result
+    _two_rank_checks(result, "reinforce_plus_plus_baseline", v1_two_output_run.out, mini_batches=2)
+    assert 0.0 < result.steps[2]["actor/kl_loss"] < 1.0  # the k2 term is live once the policy moved
+
+
+def test_legacy_trainer_on_two_ranks_rfpp_k1_shapes_the_returns(tmp_path):
+    result = launch.run("reinforce_plus_plus", tmp_path, steps=2, legacy=True, echo=False, timeout=900, ranks=2,
+                        loggers=("console", "tensorboard"))
+    _two_rank_checks(result, "reinforce_plus_plus", tmp_path)
+    # k1 shaping reached the returns: raw advantages are no longer the pure outcome reward
+    # (k1 = log p - log p_ref per token: its mean can have either sign)
+    step2 = result.steps[2]
+    assert step2["actor/reward_kl_penalty"] != 0.0
+    assert step2["rfpp/raw_adv_mean"] != pytest.approx(step2["critic/score/mean"], abs=1e-9)
+
+
+@pytest.fixture(scope="module")
+def multi_turn_demo_beside_a_users_cluster(tmp_path_factory):
+    """``verl-rfpp demo --multi-turn`` while a one-node Ray cluster of "the user's" runs, its address
+    in ``RAY_ADDRESS`` and in Ray's address file (as `ray start` leaves it). The demo used to join
+    such a cluster and die (`ValueError: When connecting to an existing cluster, num_cpus and
+    num_gpus must not be provided`). Returns the demo's stdout, its directory, and the user's
+    cluster's actors before and after."""
+    out = tmp_path_factory.mktemp("multi-turn-demo")
+    with ray_cluster.LocalCluster(nodes=1, num_cpus=1) as users:
+        Path(users.temp_dir, "ray", "ray_current_cluster").write_text(users.address)
+        actors_before = users.node_of_pids()
+        env = {**ray_cluster.loopback_environment(), "RAY_ADDRESS": users.address}
+        result = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "demo", "--out", str(out), "--steps", "2",
+                                 "--multi-turn"], env=env, capture_output=True, text=True, timeout=900)
+        actors_after = users.node_of_pids()
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    return result.stdout, out, actors_before, actors_after
+
+
+def test_demo_command_multi_turn_with_tool_gives_interior_mask_holes(multi_turn_demo_beside_a_users_cluster):
     """``verl-rfpp demo --multi-turn``: verl's tool_agent loop with the toy tool; the batches the
     actor trains on have response_mask holes (the tool's tokens), and the demo prints a short,
     readable report ending in PASS while verl's log goes to a file."""
-    code = cli.main(["demo", "--out", str(tmp_path), "--steps", "2", "--multi-turn"])
-    out = capsys.readouterr().out
-    assert code == 0, out
+    out, out_dir, _, _ = multi_turn_demo_beside_a_users_cluster
     lines = out.strip().splitlines()
     assert len(lines) < 20, out
     assert [line.split()[1] for line in lines if line.startswith("step ")] == ["1/2", "2/2"]
     assert lines[-1].startswith("PASS: ")
-    assert "step:2 - " in (tmp_path / "verl.log").read_text()
+    assert "step:2 - " in (out_dir / "verl.log").read_text()
 
-    trace_lines = (tmp_path / "trace.txt").read_text().splitlines()
+    trace_lines = (out_dir / "trace.txt").read_text().splitlines()
     result = launch.RunResult(returncode=0, trace=trace_lines)
-    for line in (tmp_path / "verl.log").read_text().splitlines():
+    for line in (out_dir / "verl.log").read_text().splitlines():
         parsed = launch.parse_step_line(line)
         if parsed:
             result.steps[parsed[0]] = parsed[1]
@@ -100,6 +128,14 @@ def test_demo_command_multi_turn_with_tool_gives_interior_mask_holes(tmp_path, c
     per_step = _common_checks(result, "reinforce_plus_plus_baseline", steps=2, ranks=1)
     for _, rank_lines in per_step:
         assert sum(int(f["holes"]) for f in rank_lines) > 0
+
+
+def test_the_demo_runs_its_own_ray_while_another_cluster_runs_and_ray_address_names_it(
+        multi_turn_demo_beside_a_users_cluster):
+    """The same demo run trained on a Ray of its own and left the user's cluster alone."""
+    _, out_dir, actors_before, actors_after = multi_turn_demo_beside_a_users_cluster
+    assert "existing cluster" not in (out_dir / "verl.log").read_text()
+    assert actors_after == actors_before  # no actor of the demo on the user's cluster
 
 
 def _descendants() -> set[int]:
