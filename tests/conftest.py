@@ -52,6 +52,18 @@ def device(request):
     return torch.device(request.param)
 
 
+# --- pytest-xdist (README: the whole suite runs with ``-n 2 --dist loadgroup``) ---------------------
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One xdist group per module, so a module's expensive fixtures (a Ray cluster, verl's actor
+    workers, a trainer run) are set up once, in one worker; the tests that read the session's
+    shared trainer run (tests/trainer_runs.py) are one group, whatever their module."""
+    for item in items:
+        shared = "v1_two_output_run" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("v1_two_output_run" if shared else item.module.__name__))
+
+
 # --- test tiers: the fast tier starts no process ---------------------------------------------------
 
 # What starts a process, Ray or verl's trainer (``ray.init`` starts its processes through subprocess),
