@@ -52,16 +52,44 @@ def device(request):
     return torch.device(request.param)
 
 
-# --- pytest-xdist (README: the whole suite runs with ``-n 2 --dist loadgroup``) ---------------------
+# --- the whole suite on two workers (README: ``python -m pytest -q -n 2 tests``) ---------------------
+# pyproject's addopts: ``--dist loadgroup --no-loadscope-reorder`` (ignored without ``-n``). A group
+# runs in one worker, in the order given here.
+
+_CHEAP_SHARED_FIXTURES = {"passes_implementation", "device"}
+
+
+def _group(item: pytest.Item) -> str:
+    """A module's tests are one group (its module fixtures, a Ray cluster or verl's actor workers,
+    are set up once). An e2e test is a group of its own, shared with the tests that read the same
+    expensive module- or session-scoped fixture of this suite (a trainer run)."""
+    if item.get_closest_marker("e2e") is None:
+        return item.module.__name__
+    shared = sorted(name for name, definitions in item._fixtureinfo.name2fixturedefs.items()
+                    if definitions[-1].scope in ("module", "session") and definitions[-1].baseid
+                    and name not in _CHEAP_SHARED_FIXTURES)
+    return shared[0] if shared else item.nodeid
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """One xdist group per module, so a module's expensive fixtures (a Ray cluster, verl's actor
-    workers, a trainer run) are set up once, in one worker; the tests that read the session's
-    shared trainer run (tests/trainer_runs.py) are one group, whatever their module."""
+    """Each test gets its ``xdist_group``; the groups are ordered e2e first (trainer runs of one to
+    four minutes), then those with slow tests, then the rest (many short tests fill the end), a
+    group's tests kept together and in their own order."""
+    groups: dict[str, list[pytest.Item]] = {}
     for item in items:
-        shared = "v1_two_output_run" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("v1_two_output_run" if shared else item.module.__name__))
+        groups.setdefault(_group(item), []).append(item)
+
+    def weight(members: list[pytest.Item]) -> int:
+        for rank, marker in enumerate(("e2e", "slow")):
+            if any(item.get_closest_marker(marker) for item in members):
+                return rank
+        return 2
+
+    ordered = sorted(groups.items(), key=lambda group: weight(group[1]))
+    items[:] = [item for _, members in ordered for item in members]
+    for name, members in ordered:
+        for item in members:
+            item.add_marker(pytest.mark.xdist_group(name))
 
 
 # --- test tiers: the fast tier starts no process ---------------------------------------------------

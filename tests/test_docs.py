@@ -131,7 +131,7 @@ def test_readme_keeps_the_ci_test_command_and_the_demo_command() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     marker = lines.index("<!-- test-command -->")
     assert lines[marker + 1] == "```bash"  # .ci/run takes the second line after the marker
-    assert lines[marker + 2] == 'pip install -e ".[test]" && python -m pytest -q tests'
+    assert lines[marker + 2] == 'pip install -e ".[test]" && python -m pytest -q -n 2 tests'
     assert 'pip install torch==2.13.0 && pip install -e ".[cpu]" && verl-rfpp demo' in lines
 
 

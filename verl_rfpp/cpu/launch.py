@@ -168,6 +168,7 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
             "+ray_kwargs.ray_init.num_cpus=16",  # logical: the actors verl asks for, not cores
             f"+ray_kwargs.ray_init.num_gpus={ranks}",
             f"+ray_kwargs.ray_init._node_ip_address={cluster.LOOPBACK}",
+            "+ray_kwargs.ray_init.include_dashboard=False",  # ~6 CPU-seconds of its processes a run, unused
         ]
     else:  # the driver joins the cluster whose nodes declare their own resources
         overrides.append(f"+ray_kwargs.ray_init.address={address}")
