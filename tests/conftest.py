@@ -71,6 +71,7 @@ def _group(item: pytest.Item) -> str:
     return shared[0] if shared else item.nodeid
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test gets its ``xdist_group``; the groups are ordered e2e first (trainer runs of one to
     four minutes), then those with slow tests, then the rest (many short tests fill the end), a

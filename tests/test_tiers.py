@@ -5,6 +5,7 @@ pytest session (pytester) with the same conftest and markers."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,38 @@ def test_the_fast_tier_fails_every_test_that_starts_a_process_naming_it(inner: p
 def test_a_run_that_keeps_slow_tests_starts_processes_freely(inner: pytest.Pytester) -> None:
     result = inner.runpytest("-p", "no:cacheprovider", "-k", "subprocess or slow or pure or swallows")
     result.assert_outcomes(passed=4, deselected=4)
+
+
+GROUPED = """
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def expensive():
+    with open(os.environ["RFPP_SETUPS"], "a") as record:
+        record.write("set up\\n")
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_reads_the_module_fixture(expensive, case):
+    pass
+"""
+
+
+def test_with_two_workers_a_modules_fixture_is_set_up_once(pytester: pytest.Pytester, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's ``-n 2`` with pyproject's addopts: a module is one xdist group (its Ray cluster
+    or trainer run starts once), which needs conftest's groups before xdist reads them."""
+    import tomllib
+
+    addopts = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    pytester.makeconftest((TESTS / "conftest.py").read_text())
+    pytester.makeini(f"[pytest]\naddopts = {addopts}\nmarkers =\n    slow: slow\n    e2e: e2e\n")
+    pytester.makepyfile(test_grouped=GROUPED)
+    monkeypatch.setenv("RFPP_SETUPS", str(tmp_path / "setups"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    result = pytester.runpytest_subprocess("-n", "2")
+    result.assert_outcomes(passed=6)
+    assert (tmp_path / "setups").read_text() == "set up\n"
