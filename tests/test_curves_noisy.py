@@ -1,6 +1,6 @@
 """``verl-rfpp curves --task noisy``: the task's tokenizer, data and reward, the probe's metrics on
-known answers, the report's numbers, and (e2e) a 2-step ``--quick`` run in verl's real trainer whose
-probe metrics come back from tensorboard."""
+known answers, the report's numbers, and (e2e) a 2-step ``--quick`` run of verl's built-in with the
+plugin excluded in verl's real trainer, whose probe metrics come back from tensorboard."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from verl_rfpp import cli
-from verl_rfpp.curves import noisy, noisy_task
+from verl_rfpp.curves import noisy, noisy_task, report
 from verl_rfpp.curves.runs import METHODS
 
 P = noisy_task.PREFIX
@@ -168,19 +168,28 @@ def test_quick_run_refuses_bad_arguments(tmp_path, capsys):
 
 
 @pytest.mark.e2e
-def test_quick_noisy_run_in_verls_trainer(tmp_path, capsys):
-    """``--quick`` (2 steps, 1 seed) of our REINFORCE++-baseline: the probe's metrics reach verl's
-    tensorboard every step, measure the policy after that step's update, and see the stated noise."""
-    code = cli.main(["curves", "--task", "noisy", "--quick", "--out", str(tmp_path), "--methods", "ours_baseline"])
+def test_quick_noisy_run_of_verls_builtin_with_the_plugin_excluded(tmp_path, capsys):
+    """``--quick`` (2 steps, 1 seed) of verl's built-in REINFORCE++-baseline with the plugin
+    excluded (the comparison ``curves`` draws; ours in verl's trainer, with tensorboard and the
+    trace's proof, is held by tests/test_end_to_end.py): the probe's metrics reach verl's
+    tensorboard every step, measure the policy after that step's update, and see the stated noise;
+    no ``rfpp/`` metric and no call of ours appear."""
+    code = cli.main(["curves", "--task", "noisy", "--quick", "--out", str(tmp_path), "--methods", "verl_baseline"])
     assert code == 0, capsys.readouterr().out[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     (run,) = results["runs"]
-    assert run["proof"].startswith("2 verl_rfpp reinforce_plus_plus_baseline calls")
+    assert run["proof"] == "no verl_rfpp estimator call; registry -> verl.trainer.ppo.core_algos"
     metrics = run["metrics"]  # read back from the tensorboard event files
+    assert not any(tag.startswith("rfpp/") for tag in metrics)
     for tag in noisy_task.METRICS:
         assert [step for step, _ in metrics[tag]] == [1, 2], tag
     assert [value for _, value in metrics[P + "probe_policy_step"]] == [1.0, 2.0]  # the weights after the update
     assert [value for _, value in metrics["response_length/mean"]] == [1.0, 1.0]  # one-token answers
+    # verl divides by the unbiased std plus an epsilon: over the step's 16 one-token answers the
+    # population std of its advantages is sqrt(15/16) < 1 (ours gives exactly 1: rfpp/adv_std in
+    # tests/test_end_to_end.py)
+    for _, value in metrics[report.ADV_STD]:
+        assert value == pytest.approx((15 / 16) ** 0.5, abs=1e-5)
     for _, value in metrics[P + "noise_std_sampled"]:
         assert 0.03 < value < 0.2  # 16 draws of N(0, 0.1^2)
     # global normalization: flat groups' centred noise (std ~0.1) is small beside informative spreads (~1)
