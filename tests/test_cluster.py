@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from users_cluster import users_cluster
 
 import verl_rfpp
 from verl_rfpp import cluster as ray_cluster
@@ -31,8 +32,7 @@ ADDRESS_VERDICT_S = 30  # doctor --ray on an address with no cluster: a verdict 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with ray_cluster.LocalCluster(nodes=2, num_cpus=1) as started:
-        Path(started.temp_dir, "ray", "ray_current_cluster").write_text(started.address)
+    with users_cluster(nodes=2) as started:
         yield started
 
 

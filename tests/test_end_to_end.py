@@ -1,20 +1,16 @@
 """verl's real trainers on the CPU with our estimators (python -m verl.trainer.main_ppo in a
 subprocess, Ray, FSDP2 workers on 1 or 2 ranks with gloo, hf_cpu rollout, reference model,
-weight sync). Marked e2e. Four trainer runs (one shared with tests/test_sessions.py) cover: both
+weight sync). Marked e2e. Three trainer runs (one shared with tests/test_sessions.py) cover: both
 estimators, both trainers, 2 ranks, 2 Ray nodes, the rfpp/ metrics in verl's tensorboard logger,
-the ``verl-rfpp demo`` command's output, multi-turn masks with interior holes, and a demo beside a
+the ``verl-rfpp demo`` command's output, multi-turn masks with interior holes, and a run beside a
 Ray cluster the user runs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from users_cluster import users_cluster
 
 from verl_rfpp import cli
-from verl_rfpp import cluster as ray_cluster
 from verl_rfpp.cpu import demo, launch, trace
 from verl_rfpp.curves import runs
 
@@ -33,7 +29,8 @@ def _steps_of_trace(result, estimator):
     return steps
 
 
-def _common_checks(result, estimator, steps, ranks, mini_batches=1):
+def _common_checks(result, estimator, steps, ranks, loss_calls=1):
+    """``loss_calls``: policy-loss calls per rank and step (mini-batches times micro-batches)."""
     log_tail = "".join(result.log[-60:])
     verdict = demo.judge(estimator, result, steps, ranks)
     assert verdict.passed, (verdict.problems, log_tail)
@@ -44,7 +41,7 @@ def _common_checks(result, estimator, steps, ranks, mini_batches=1):
     per_step = _steps_of_trace(result, estimator)
     assert len(per_step) == steps
     for estimator_line, rank_lines in per_step:
-        assert sorted(int(f["rank"]) for f in rank_lines) == sorted(list(range(ranks)) * mini_batches)
+        assert sorted(int(f["rank"]) for f in rank_lines) == sorted(list(range(ranks)) * loss_calls)
         assert sum(int(f["valid"]) for f in rank_lines) == int(estimator_line["valid_tokens"])
         assert {int(f["rows"]) for f in rank_lines} == {launch.PROMPTS * launch.SAMPLES // ranks}
     for step in range(1, steps + 1):
@@ -57,8 +54,8 @@ def _common_checks(result, estimator, steps, ranks, mini_batches=1):
     return per_step
 
 
-def _two_rank_checks(result, estimator, out_dir, mini_batches=1):
-    per_step = _common_checks(result, estimator, steps=2, ranks=2, mini_batches=mini_batches)
+def _two_rank_checks(result, estimator, out_dir, loss_calls=1):
+    per_step = _common_checks(result, estimator, steps=2, ranks=2, loss_calls=loss_calls)
     # the rfpp/ metrics reached a real logger backend: verl's tensorboard event files
     events = runs.read_events(out_dir / "tensorboard")
     for name in demo.RFPP_METRICS:
@@ -73,14 +70,31 @@ def test_v1_trainer_on_two_ranks_baseline_advantages_are_computed_once_globally(
     the k2 KL loss; its agent loop returns 24 rows a step, so each rank trains 2 mini-batches.
     tests/test_sessions.py checks the same run's advantages per session."""
     result = v1_two_output_run.result
-    _two_rank_checks(result, "reinforce_plus_plus_baseline", v1_two_output_run.out, mini_batches=2)
+    _two_rank_checks(result, "reinforce_plus_plus_baseline", v1_two_output_run.out, loss_calls=2)
     assert 0.0 < result.steps[2]["actor/kl_loss"] < 1.0  # the k2 term is live once the policy moved
 
 
-def test_legacy_trainer_on_two_ranks_rfpp_k1_shapes_the_returns(tmp_path):
-    result = launch.run("reinforce_plus_plus", tmp_path, steps=2, legacy=True, echo=False, timeout=900, ranks=2,
-                        loggers=("console", "tensorboard"))
-    _two_rank_checks(result, "reinforce_plus_plus", tmp_path)
+@pytest.fixture(scope="module")
+def legacy_run_beside_a_users_cluster(tmp_path_factory):
+    """REINFORCE++ with k1 in the reward, verl's legacy trainer, 2 ranks, tensorboard on, started
+    (as ``verl-rfpp demo`` starts its run: ``launch.run``) while a one-node Ray cluster of "the
+    user's" runs, its address in ``RAY_ADDRESS`` and in Ray's address file. A run used to join such
+    a cluster and die (``ValueError: When connecting to an existing cluster, num_cpus and num_gpus
+    must not be provided``). Returns the result, its directory, and the user's cluster's actors
+    before and after; the user's cluster is gone before the tests read them."""
+    out = tmp_path_factory.mktemp("legacy-rfpp")
+    with users_cluster(nodes=1) as users, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_ADDRESS", users.address)
+        actors_before = users.node_of_pids()
+        result = launch.run("reinforce_plus_plus", out, steps=2, legacy=True, echo=False, timeout=900, ranks=2,
+                            loggers=("console", "tensorboard"))
+        actors_after = users.node_of_pids()
+    return result, out, actors_before, actors_after
+
+
+def test_legacy_trainer_on_two_ranks_rfpp_k1_shapes_the_returns(legacy_run_beside_a_users_cluster):
+    result, out, _, _ = legacy_run_beside_a_users_cluster
+    _two_rank_checks(result, "reinforce_plus_plus", out)
     # k1 shaping reached the returns: raw advantages are no longer the pure outcome reward
     # (k1 = log p - log p_ref per token: its mean can have either sign)
     step2 = result.steps[2]
@@ -88,54 +102,13 @@ def test_legacy_trainer_on_two_ranks_rfpp_k1_shapes_the_returns(tmp_path):
     assert step2["rfpp/raw_adv_mean"] != pytest.approx(step2["critic/score/mean"], abs=1e-9)
 
 
-@pytest.fixture(scope="module")
-def multi_turn_demo_beside_a_users_cluster(tmp_path_factory):
-    """``verl-rfpp demo --multi-turn`` while a one-node Ray cluster of "the user's" runs, its address
-    in ``RAY_ADDRESS`` and in Ray's address file (as `ray start` leaves it). The demo used to join
-    such a cluster and die (`ValueError: When connecting to an existing cluster, num_cpus and
-    num_gpus must not be provided`). Returns the demo's stdout, its directory, and the user's
-    cluster's actors before and after."""
-    out = tmp_path_factory.mktemp("multi-turn-demo")
-    with ray_cluster.LocalCluster(nodes=1, num_cpus=1) as users:
-        Path(users.temp_dir, "ray", "ray_current_cluster").write_text(users.address)
-        actors_before = users.node_of_pids()
-        env = {**ray_cluster.loopback_environment(), "RAY_ADDRESS": users.address}
-        result = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "demo", "--out", str(out), "--steps", "2",
-                                 "--multi-turn"], env=env, capture_output=True, text=True, timeout=900)
-        actors_after = users.node_of_pids()
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    return result.stdout, out, actors_before, actors_after
-
-
-def test_demo_command_multi_turn_with_tool_gives_interior_mask_holes(multi_turn_demo_beside_a_users_cluster):
-    """``verl-rfpp demo --multi-turn``: verl's tool_agent loop with the toy tool; the batches the
-    actor trains on have response_mask holes (the tool's tokens), and the demo prints a short,
-    readable report ending in PASS while verl's log goes to a file."""
-    out, out_dir, _, _ = multi_turn_demo_beside_a_users_cluster
-    lines = out.strip().splitlines()
-    assert len(lines) < 20, out
-    assert [line.split()[1] for line in lines if line.startswith("step ")] == ["1/2", "2/2"]
-    assert lines[-1].startswith("PASS: ")
-    assert "step:2 - " in (out_dir / "verl.log").read_text()
-
-    trace_lines = (out_dir / "trace.txt").read_text().splitlines()
-    result = launch.RunResult(returncode=0, trace=trace_lines)
-    for line in (out_dir / "verl.log").read_text().splitlines():
-        parsed = launch.parse_step_line(line)
-        if parsed:
-            result.steps[parsed[0]] = parsed[1]
-            result.driver_pids.add(int(line.split("pid=")[1].split(")")[0]))
-    per_step = _common_checks(result, "reinforce_plus_plus_baseline", steps=2, ranks=1)
-    for _, rank_lines in per_step:
-        assert sum(int(f["holes"]) for f in rank_lines) > 0
-
-
-def test_the_demo_runs_its_own_ray_while_another_cluster_runs_and_ray_address_names_it(
-        multi_turn_demo_beside_a_users_cluster):
-    """The same demo run trained on a Ray of its own and left the user's cluster alone."""
-    _, out_dir, actors_before, actors_after = multi_turn_demo_beside_a_users_cluster
-    assert "existing cluster" not in (out_dir / "verl.log").read_text()
-    assert actors_after == actors_before  # no actor of the demo on the user's cluster
+def test_a_run_beside_a_users_cluster_trains_on_a_ray_of_its_own(legacy_run_beside_a_users_cluster):
+    """The same run trained on a Ray of its own and left the user's cluster alone, although
+    ``RAY_ADDRESS`` and Ray's address file named the user's."""
+    result, _, actors_before, actors_after = legacy_run_beside_a_users_cluster
+    assert result.returncode == 0
+    assert "existing cluster" not in "".join(result.log)
+    assert actors_after == actors_before  # no actor of the run on the user's cluster
 
 
 def _descendants() -> set[int]:
@@ -144,21 +117,28 @@ def _descendants() -> set[int]:
     return {child.pid for child in psutil.Process().children(recursive=True)}
 
 
-def test_demo_on_two_ray_nodes_puts_one_rank_on_each_and_stops_every_process(tmp_path, capsys):
-    """``verl-rfpp demo --nodes 2``: a Ray cluster of two raylets on loopback, verl's trainer with
-    ``trainer.nnodes=2`` and the multi-node example's overrides, one FSDP rank per node; the
-    verdict names the node (id and address, from Ray) of every rank, and every process is gone
-    afterwards."""
+def test_demo_on_two_ray_nodes_multi_turn_puts_one_rank_on_each_and_stops_every_process(tmp_path, capsys):
+    """``verl-rfpp demo --nodes 2 --multi-turn``: a Ray cluster of two raylets on loopback, verl's
+    trainer with ``trainer.nnodes=2`` and the multi-node example's overrides, one FSDP rank per node,
+    verl's tool_agent loop with the toy tool. The verdict names the node (id and address, from Ray)
+    of every rank; the batches the ranks train on have response_mask holes (the tool's tokens); the
+    demo prints a readable report ending in PASS while verl's log goes to a file; and every process
+    is gone afterwards."""
     before = _descendants()
-    code = cli.main(["demo", "--nodes", "2", "--steps", "2", "--out", str(tmp_path)])
+    code = cli.main(["demo", "--nodes", "2", "--multi-turn", "--steps", "2", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert out.strip().splitlines()[-1].startswith("PASS: ") and "on 2 Ray nodes (trainer.nnodes=2)" in out
-    argv = (tmp_path / "verl.log").read_text().splitlines()[0].split()
+    lines = out.strip().splitlines()
+    assert lines[-1].startswith("PASS: ") and "on 2 Ray nodes (trainer.nnodes=2)" in out
+    assert [line.split()[1] for line in lines if line.startswith("step ")] == ["1/2", "2/2"]
+    assert "had tool output inside them" in out
+    log = (tmp_path / "verl.log").read_text()
+    assert "step:2 - " in log
+    argv = log.splitlines()[0].split()
     for override in launch.example_overrides(2):  # the example's overrides went through, verbatim
         assert (override in argv) != override.startswith(tuple(k + "=" for k in launch.REPLACED_FOR_CPU)), override
     assert "trainer.nnodes=2" in argv and "trainer.n_gpus_per_node=1" in argv
-    rank_lines = [line.split() for line in out.splitlines() if line.strip().startswith("rank ")]
+    rank_lines = [line.split() for line in lines if line.strip().startswith("rank ")]
     assert [line[1] for line in rank_lines] == ["0:", "1:"], out
     nodes = {line[line.index("node") + 1] for line in rank_lines}
     assert len(nodes) == 2, out  # two distinct Ray node ids, read from Ray's actor table
@@ -172,5 +152,16 @@ def test_demo_on_two_ray_nodes_puts_one_rank_on_each_and_stops_every_process(tmp
     first_worker = next(i for i, line in enumerate(trace_lines) if line.startswith("worker "))
     first_estimator = next(i for i, line in enumerate(trace_lines) if line.startswith("reinforce_plus_plus_baseline "))
     assert first_worker < first_estimator
+    # the trace and verl's step lines, read back as a run's result: every step's advantages were
+    # computed once over both ranks' tokens, and every micro-batch of both ranks had tool tokens
+    result = launch.RunResult(returncode=0, trace=trace_lines)
+    for line in log.splitlines():
+        parsed = launch.parse_step_line(line)
+        if parsed:
+            result.steps[parsed[0]] = parsed[1]
+            result.driver_pids.add(int(line.split("pid=")[1].split(")")[0]))
+    # the example's n=8: 32 responses a step, 16 a rank, in 2 micro-batches
+    per_step = _common_checks(result, launch.MULTINODE_ESTIMATOR, steps=2, ranks=2, loss_calls=2)
+    for _, rank_lines in per_step:
+        assert all(int(f["holes"]) > 0 for f in rank_lines)
     assert _descendants() <= before  # the cluster's raylets, GCS and workers are gone
-
