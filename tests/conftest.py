@@ -177,7 +177,7 @@ def _compose_once_per_group_choice(request):
 
     def compose_verl_config(overrides, config_path=None, config_name=None):
         if config_path is None and config_name is None:
-            return composed.compose(list(overrides))
+            return composed.fresh(list(overrides))
         return full(overrides, config_path, config_name)
 
     with pytest.MonkeyPatch.context() as patch:

@@ -272,9 +272,10 @@ def test_the_contracts_table_is_the_rule_table():
 
 @pytest.mark.parametrize("overrides,expected", [c[1:] for c in CASES if c[2]], ids=[c[0] for c in CASES if c[2]])
 def test_every_violation_names_a_rule_that_reads_its_key(overrides, expected):
-    for violation in validation.violations(compose(overrides)):
+    config = compose(overrides)
+    estimator = validation.estimator_of(config)
+    for violation in validation.violations(config):
         rule = validation.rule(violation.rule)
-        estimator = validation.estimator_of(compose(overrides))
         assert estimator in rule.estimators
         if rule.id == "6.2.4":
             assert validation.SEQUENCE_SPLITTING_KEY.match(violation.key.rsplit(".", 1)[-1])
