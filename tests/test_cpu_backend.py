@@ -52,6 +52,14 @@ def test_console_step_lines_are_parsed_for_both_trainers():
     assert launch.parse_step_line(v1) == (2, {"actor/kl_loss": 0.0106, "rfpp/valid_tokens": 64.0, "x/y": -1.5e-08})
     assert launch.parse_step_line(legacy) == (1, {"actor/kl_loss": 0.0, "num_turns/max": 2.0})
     assert launch.parse_step_line("no metrics here") is None
+    # a run's result records each step line's metrics and the driver that printed it
+    result = launch.RunResult(returncode=0)
+    assert result.read_step("\x1b[36m(TaskRunnerV1 pid=7)\x1b[0m no metrics here") is None
+    assert [result.read_step(line) for line in (v1, legacy)] == [launch.parse_step_line(v1),
+                                                                launch.parse_step_line(legacy)]
+    assert result.steps == {2: {"actor/kl_loss": 0.0106, "rfpp/valid_tokens": 64.0, "x/y": -1.5e-08},
+                            1: {"actor/kl_loss": 0.0, "num_turns/max": 2.0}}
+    assert result.driver_pids == {7, 9}
 
 
 @pytest.mark.slow

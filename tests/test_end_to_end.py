@@ -29,8 +29,11 @@ def _steps_of_trace(result, estimator):
     return steps
 
 
-def _common_checks(result, estimator, steps, ranks, loss_calls=1):
-    """``loss_calls``: policy-loss calls per rank and step (mini-batches times micro-batches)."""
+def _common_checks(result, estimator, steps, ranks, loss_calls=1, rows=None):
+    """``loss_calls``: policy-loss calls per rank and step (mini-batches times micro-batches);
+    ``rows``: the rows of each call (default: the recipe's step, ``PROMPTS * SAMPLES``, split over
+    the ranks)."""
+    rows = launch.PROMPTS * launch.SAMPLES // ranks if rows is None else rows
     log_tail = "".join(result.log[-60:])
     verdict = demo.judge(estimator, result, steps, ranks)
     assert verdict.passed, (verdict.problems, log_tail)
@@ -43,7 +46,7 @@ def _common_checks(result, estimator, steps, ranks, loss_calls=1):
     for estimator_line, rank_lines in per_step:
         assert sorted(int(f["rank"]) for f in rank_lines) == sorted(list(range(ranks)) * loss_calls)
         assert sum(int(f["valid"]) for f in rank_lines) == int(estimator_line["valid_tokens"])
-        assert {int(f["rows"]) for f in rank_lines} == {launch.PROMPTS * launch.SAMPLES // ranks}
+        assert {int(f["rows"]) for f in rank_lines} == {rows}
     for step in range(1, steps + 1):
         assert result.steps[step]["rfpp/valid_tokens"] > 0
     # every step, verl's registry resolved both names to the plugin (the CPU backend's driver hook)
@@ -156,12 +159,14 @@ def test_demo_on_two_ray_nodes_multi_turn_puts_one_rank_on_each_and_stops_every_
     # computed once over both ranks' tokens, and every micro-batch of both ranks had tool tokens
     result = launch.RunResult(returncode=0, trace=trace_lines)
     for line in log.splitlines():
-        parsed = launch.parse_step_line(line)
-        if parsed:
-            result.steps[parsed[0]] = parsed[1]
-            result.driver_pids.add(int(line.split("pid=")[1].split(")")[0]))
-    # the example's n=8: 32 responses a step, 16 a rank, in 2 micro-batches
-    per_step = _common_checks(result, launch.MULTINODE_ESTIMATOR, steps=2, ranks=2, loss_calls=2)
+        result.read_step(line)
+    # the run's own config: the example's n and micro-batch size (32 responses a step, 16 a rank, 8 a call)
+    value = {o.split("=", 1)[0]: int(o.split("=", 1)[1]) for o in argv if o.startswith(
+        ("actor_rollout_ref.rollout.n=", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="))}
+    micro = value["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
+    loss_calls = launch.PROMPTS * value["actor_rollout_ref.rollout.n"] // (2 * micro)
+    per_step = _common_checks(result, launch.MULTINODE_ESTIMATOR, steps=2, ranks=2, loss_calls=loss_calls,
+                              rows=micro)
     for _, rank_lines in per_step:
         assert all(int(f["holes"]) > 0 for f in rank_lines)
     assert _descendants() <= before  # the cluster's raylets, GCS and workers are gone

@@ -251,6 +251,17 @@ class RunResult:
     nodes: list = field(default_factory=list)  # cluster.NodeInfo of each Ray node (multi-node runs)
     node_of_pid: dict[int, str] = field(default_factory=dict)  # every actor's pid -> its Ray node id
 
+    def read_step(self, line: str) -> Optional[tuple[int, dict[str, float]]]:
+        """One line of verl's output: a step's metrics line is recorded (its metrics, and the pid of
+        the driver that printed it) and returned as ``(step, metrics)``; any other line gives ``None``."""
+        parsed = parse_step_line(line)
+        if parsed:
+            self.steps[parsed[0]] = parsed[1]
+            driver = re.search(r"\((TaskRunner\w*) pid=(\d+)\)", line)
+            if driver:
+                self.driver_pids.add(int(driver.group(2)))
+        return parsed
+
 
 def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, echo: bool = True,
         timeout: float = 900, ranks: int = 1, seed: int = 0, ours: bool = True,
@@ -302,14 +313,9 @@ def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, lo
                 log_file.write(line)
                 if echo:
                     sys.stdout.write(line)
-                parsed = parse_step_line(line)
-                if parsed:
-                    result.steps[parsed[0]] = parsed[1]
-                    driver = re.search(r"\((TaskRunner\w*) pid=(\d+)\)", line)
-                    if driver:
-                        result.driver_pids.add(int(driver.group(2)))
-                    if on_step:
-                        on_step(*parsed)
+                parsed = result.read_step(line)
+                if parsed and on_step:
+                    on_step(*parsed)
         result.returncode = process.wait()
     finally:  # Ctrl-C or any error here: the trainer and the Ray processes it started go too
         watchdog.cancel()
