@@ -313,10 +313,11 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
         print("".join(result.log[-25:]).rstrip())
     if args.out or verdict.problems:
         messages = f"; other libraries' messages: {out / 'messages.log'}" if (out / "messages.log").exists() else ""
-        hint = (f"{'the run is kept in ' + str(out) + ': ' if not args.out else ''}verl's full log: "
-                f"{result.log_path}; the run trace (who computed what, where): {out / 'trace.txt'}{messages}")
+        kept = "" if args.out else f"The run's files are kept in {out}: "
+        hint = (f"{kept}verl's full log: {result.log_path}; the run trace (who computed what, where): "
+                f"{out / 'trace.txt'}{messages}")
     else:
-        hint = ("the run's files (verl's log, the run trace) were in a temporary folder, now removed: "
+        hint = ("The run's files (verl's log, the run trace) were in a temporary folder, now removed: "
                 "--out DIR keeps them")
     print(demo.summary(args.estimator, result, verdict, args.steps, args.ranks, args.legacy, hint))
     return verdict.passed
@@ -479,7 +480,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.handler(args)
     except KeyboardInterrupt:
-        print(f"verl-rfpp {args.command}: interrupted; {INTERRUPTED.get(args.command, 'stopped')}", flush=True)
+        stopped = INTERRUPTED.get(args.command)
+        print(f"verl-rfpp {args.command}: interrupted" + (f"; {stopped}" if stopped else ""), flush=True)
         return 130
 
 
