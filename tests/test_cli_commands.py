@@ -226,11 +226,12 @@ def test_doctor_prints_only_its_own_lines_and_verbose_shows_verls(tmp_path):
     assert quiet_run.returncode == 0 and quiet_run.stderr == "", quiet_run.stderr
     lines = quiet_run.stdout.splitlines()
     assert all(OURS.match(line) for line in lines), quiet_run.stdout
-    log = lines[-1][len("(other libraries' messages: "):-1]
+    assert lines[-1] == "verl-rfpp is active."
+    log = lines[0][len("(other libraries' messages: "):-1]
     assert os.path.dirname(log) == str(tmp_path) and "engine is not available" in open(log).read()
     loud = _run("doctor", "--verbose", env={"TMPDIR": str(tmp_path)})
     assert loud.returncode == 0 and "engine is not available" in loud.stderr
-    assert loud.stdout.splitlines() == lines[:-1] and len(os.listdir(tmp_path)) == 1  # no log of its own
+    assert loud.stdout.splitlines() == lines[1:] and len(os.listdir(tmp_path)) == 1  # no log of its own
 
 
 def _in_its_environment(variable: str, value: str) -> list[psutil.Process]:

@@ -29,8 +29,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
         print(cluster_doctor.to_json(report))
     else:
-        print(doctor.render(report))
         _mention(log)
+        print(doctor.render(report))
     return 0 if report.healthy else 1
 
 
@@ -45,13 +45,14 @@ def _doctor_cluster(args: argparse.Namespace) -> int:
         except cluster_doctor.AddressError as error:
             print(error)
             return 2
-    print(found.render())
     _mention(log)
+    print(found.render())
     return 0 if found.healthy else 1
 
 
 def _mention(log: quiet.QuietLog) -> None:
-    """The line naming the command's log of other libraries' messages, when there is one."""
+    """The line naming the command's log of other libraries' messages, when there is one (doctor
+    prints it before its report: the verdict stays the last line)."""
     if log.mention():
         print(log.mention())
 
