@@ -31,7 +31,8 @@ def _check(*overrides, **env):
 def test_recipe_is_ok_and_check_prints_only_its_own_lines():
     """verl's import-time warnings (engines, accelerator: 12 lines on stderr before) go to check's log."""
     code, out, err = _check(*BASE)
-    assert code == 0 and out == "OK: this config runs reinforce_plus_plus_baseline as docs/contract.md defines it.\n"
+    assert code == 0 and out == ("OK: this config runs reinforce_plus_plus_baseline as docs/contract.md defines it; "
+                                 "KL: k2 loss, coefficient 0.01.\n")
     assert err == ""
     code, out, err = _check(*BASE, "actor_rollout_ref.rollout.n=1")
     assert code == 1 and err == "" and out.splitlines()[-1] == "Fix: actor_rollout_ref.rollout.n=8"
@@ -243,4 +244,4 @@ def test_a_users_runtime_env_touching_the_plugins_job_env_is_a_warning_of_check(
     out = capsys.readouterr().out
     warnings = [line for line in out.splitlines() if line.startswith("warning:")]
     assert any(words in line and variable in line for line in warnings), out
-    assert out.rstrip().endswith("as docs/contract.md defines it.")
+    assert out.rstrip().endswith("as docs/contract.md defines it; KL: k2 loss, coefficient 0.01.")

@@ -73,8 +73,7 @@ def test_registration_is_idempotent_and_repairs_a_replaced_entry():
 
 
 def test_versions_supported_tested_and_without_the_plugin_loader(monkeypatch, caplog):
-    from verl_rfpp import plugin
-    from verl_rfpp.plugin import versions
+    from verl_rfpp import plugin, versions
 
     assert plugin.verl_supported("0.9.0") and plugin.verl_supported("0.9.1") and plugin.verl_supported("0.10.0")
     assert not plugin.verl_supported("0.8.5") and not plugin.verl_supported("0.8.0")

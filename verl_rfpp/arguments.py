@@ -18,6 +18,19 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help in which every option shows its default: ``(default: X)`` is appended to an option's
+    text unless the text says it, the option is a flag, or it has none (``None``: the text says
+    what happens without it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS) or action.default is False or (
+                not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class Positive(argparse.Action):
     """An ``int`` option that must be at least 1; ``fix`` says what to give instead
     (``add_argument("--steps", type=int, action=Positive, fix="train at least 1 step")``)."""

@@ -5,38 +5,56 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from verl_rfpp import arguments, validation
+from verl_rfpp import arguments, quiet, validation
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    """Report whether verl runs our estimators; exit 0 only if every piece is ours. ``--ray``: the
-    same report on every alive node of a Ray cluster, one line per node (exit 2: no cluster at that
-    address, in one line naming it)."""
+    """Report whether verl runs our estimators; exit 0 only if every piece is ours. verl's import-time
+    messages go to the command's log; ``--json`` (what ``--ray`` reads back from each node) leaves
+    them on stderr, to its caller, and prints the report as one line."""
     if args.ray is not None:
-        from verl_rfpp import cluster_doctor
-
-        try:
-            found = cluster_doctor.check(args.ray)
-        except cluster_doctor.AddressError as error:
-            print(error)
-            return 2
-        print(found.render())
-        return 0 if found.healthy else 1
+        return _doctor_cluster(args)
     from verl_rfpp import doctor
 
-    report = doctor.report()
+    with quiet.quiet("doctor", verbose=args.verbose or args.json) as log:
+        report = doctor.report()
     if args.json:
         from verl_rfpp import cluster_doctor
 
         print(cluster_doctor.to_json(report))
     else:
+        _mention(log)
         print(doctor.render(report))
     return 0 if report.healthy else 1
+
+
+def _doctor_cluster(args: argparse.Namespace) -> int:
+    """``--ray``: the report of every alive node of a Ray cluster, one line per node (exit 2: no
+    cluster at that address, in one line naming it)."""
+    from verl_rfpp import cluster_doctor
+
+    with quiet.quiet("doctor", verbose=args.verbose) as log:
+        try:
+            found = cluster_doctor.check(args.ray)
+        except cluster_doctor.AddressError as error:
+            print(error)
+            return 2
+    _mention(log)
+    print(found.render())
+    return 0 if found.healthy else 1
+
+
+def _mention(log: quiet.QuietLog) -> None:
+    """The line naming the command's log of other libraries' messages, when there is one (doctor
+    prints it before its report: the verdict stays the last line)."""
+    if log.mention():
+        print(log.mention())
 
 
 CHECK_EXIT_CODES = """SCRIPT: a launch script (bash) that runs python -m verl.trainer.main_ppo; it runs with stand-ins
@@ -174,37 +192,42 @@ def _print_refusal(refusal: Exception, command: Sequence[str], forwards: bool) -
 
 def _bandit(args: argparse.Namespace) -> int:
     """Run the toy experiments; write results.json, PNG plots and report.md into --out."""
-    from pathlib import Path
-
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         print("verl-rfpp bandit draws plots with matplotlib: pip install 'verl-rfpp[bandit]'")
         return 2
-    import verl  # noqa: F401  (loads the plugin: advantages come from verl's registry)
+    with quiet.quiet("bandit", verbose=args.verbose) as log:
+        import verl  # noqa: F401  (loads the plugin: advantages come from verl's registry)
 
-    from verl_rfpp.bandit import report
+        from verl_rfpp.bandit import report
 
-    out = Path(args.out)
-    report.run(out, quick=args.quick)
+        out = Path(args.out)
+        report.run(out, quick=args.quick)
     print((out / "report.md").read_text())
     print(f"written: {out / 'results.json'}, {out / 'report.md'}, {out}/*.png")
+    _mention(log)
     return 0
 
 
 def _recipe(args: argparse.Namespace) -> int:
-    print("\n".join(validation.RECIPES[args.estimator]))
-    problem = _no_loader_problem()
-    if problem is not None:  # on stderr: $(verl-rfpp recipe NAME) still gets only the overrides
-        print(f"verl-rfpp recipe: {problem}.", file=sys.stderr)
+    """The recipe's overrides, one a line, from ``validation.RECIPES``; imports neither verl nor torch."""
+    print("\n".join(validation.RECIPES[args.estimator]), flush=True)
+    with quiet.quiet("recipe", verbose=args.verbose) as log:
+        problem = _no_loader_problem()
+    # on stderr: $(verl-rfpp recipe NAME) still gets only the overrides
+    for line in [f"verl-rfpp recipe: {problem}." if problem else "", log.mention()]:
+        if line:
+            print(line, file=sys.stderr)
     return 0
 
 
 def _no_loader_problem() -> Optional[str]:
-    """Why the installed verl never loads the plugin (no entry-point loader), or ``None``."""
+    """Why the installed verl never loads the plugin (no entry-point loader), or ``None``; read
+    from the installed metadata, without importing verl."""
     from importlib import metadata
 
-    from verl_rfpp.plugin.versions import no_loader_problem
+    from verl_rfpp.versions import no_loader_problem
 
     try:
         return no_loader_problem(metadata.version("verl"))
@@ -232,7 +255,8 @@ def _missing_modules(names: Sequence[str]) -> list[str]:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Train the tiny local model for a few steps inside verl's real trainer, on the CPU."""
+    """Train the tiny local model for a few steps inside verl's real trainer, on the CPU. Its files go
+    to ``--out``, else to a temporary folder that is removed at the end (kept, and named, on a FAIL)."""
     problem = _no_loader_problem()
     if problem is not None:
         print(f"verl-rfpp demo: {problem}.")
@@ -242,34 +266,39 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"verl-rfpp demo runs verl's trainer, which needs modules of the [cpu] extra that are not "
               f"installed ({', '.join(missing)}): pip install 'verl-rfpp[cpu]'")
         return 2
-    import contextlib
-    import io
-    import tempfile
-    from pathlib import Path
-
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="verl-rfpp-demo-"))
-    # Importing verl here (the CPU backend) and building the assets print warnings and progress
-    # bars that mean nothing to a reader; without --verbose they are dropped (errors still raise).
-    dropped = io.StringIO()
-    with contextlib.ExitStack() as quiet:
-        if not args.verbose:
-            quiet.enter_context(contextlib.redirect_stderr(dropped))
-            quiet.enter_context(contextlib.redirect_stdout(dropped))
+    keep = args.out is not None
+    try:
+        passed = _run_demo(args, out)
+        keep = keep or not passed
+        return 0 if passed else 1
+    finally:
+        if not keep:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def _run_demo(args: argparse.Namespace, out: Path) -> bool:
+    """The demo's run in ``out``, its progress lines and summary; whether every check held."""
+    # Importing verl (the CPU backend) and building the assets print warnings and progress that
+    # mean nothing to a reader: they go to messages.log in ``out`` (--verbose: to the terminal).
+    with quiet.quiet("demo", verbose=args.verbose, stdout=True) as log:
         from verl_rfpp.cpu import assets, demo, launch
 
         assets.build_all(out / "assets")
+    if log.path:
+        shutil.move(log.path, out / "messages.log")
     trainer = "legacy" if args.legacy else "v1"
     turns = ", multi-turn with a toy tool" if args.multi_turn else ""
     if args.nodes > 1:  # the multi-node example's run: its estimator, one rank per node
         args.estimator, args.ranks = launch.MULTINODE_ESTIMATOR, args.nodes
         print(f"verl-rfpp demo: examples/{launch.MULTINODE_EXAMPLE} on a Ray cluster of {args.nodes} nodes on "
               f"this machine (loopback), one rank per node.", flush=True)
+    where = f"Files in {out}" if args.out else "Files in a temporary folder, removed at the end (--out DIR keeps them)"
     print(f"verl-rfpp demo: {args.estimator} in verl's {trainer} trainer, {args.ranks} "
-          f"rank{'s' if args.ranks > 1 else ''}, {args.steps} "
-          f"steps{turns}, on the CPU. Files in {out}", flush=True)
+          f"rank{'s' if args.ranks > 1 else ''}, {args.steps} steps{turns}, on the CPU. {where}.", flush=True)
     if not args.verbose:
-        print(f"verl's own log goes to {out / 'verl.log'} (--verbose shows it here). Starting verl "
-              "(Ray, workers, model) takes a minute or two...", flush=True)
+        print("Starting verl (Ray, workers, model) takes a minute or two; --verbose shows verl's own log "
+              "here...", flush=True)
 
     def on_step(step: int, metrics: dict) -> None:
         if not args.verbose:
@@ -283,9 +312,16 @@ def _demo(args: argparse.Namespace) -> int:
         demo.judge_nodes(result, args.nodes, verdict)
     if verdict.problems and not args.verbose:
         print("".join(result.log[-25:]).rstrip())
-    hint = f"verl's full log: {result.log_path}; the run trace (who computed what, where): {out / 'trace.txt'}"
+    if args.out or verdict.problems:
+        messages = f"; other libraries' messages: {out / 'messages.log'}" if (out / "messages.log").exists() else ""
+        kept = "" if args.out else f"The run's files are kept in {out}: "
+        hint = (f"{kept}verl's full log: {result.log_path}; the run trace (who computed what, where): "
+                f"{out / 'trace.txt'}{messages}")
+    else:
+        hint = ("The run's files (verl's log, the run trace) were in a temporary folder, now removed: "
+                "--out DIR keeps them")
     print(demo.summary(args.estimator, result, verdict, args.steps, args.ranks, args.legacy, hint))
-    return 0 if verdict.passed else 1
+    return verdict.passed
 
 
 def _curves(args: argparse.Namespace) -> int:
@@ -295,10 +331,9 @@ def _curves(args: argparse.Namespace) -> int:
         print(f"verl-rfpp curves needs modules that are not installed ({', '.join(missing)}): "
               "pip install 'verl-rfpp[cpu,curves]'")
         return 2
-    from pathlib import Path
-
-    from verl_rfpp.curves import noisy, report, runs
-
+    with quiet.quiet("curves", verbose=args.verbose) as log:  # verl's import-time messages
+        from verl_rfpp.curves import noisy, report, runs
+    _mention(log)
     if args.task == "noisy":
         return noisy.command(args, echo=lambda line: print(line, flush=True))
     out = Path(args.out)
@@ -317,15 +352,57 @@ def _curves(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMANDS = {
+    "demo": "train a tiny local model with verl's real trainer on the CPU",
+    "curves": "learning curves: ours vs verl's built-ins and grpo (long)",
+    "doctor": "check that verl runs verl-rfpp's estimators",
+    "check": "validate a launch script or Hydra overrides against the contract",
+    "bandit": "CPU toy experiments on REINFORCE++'s claims",
+    "recipe": "print the validated recipe's overrides",
+}
+VERBOSE_HELP = "show other libraries' messages (verl's warnings) on the terminal"
+INTERRUPTED = {"demo": "stopped the trainer and its Ray processes",
+               "curves": "stopped the trainer and its Ray processes"}
+
+
+class _Version(argparse.Action):
+    """``--version``: verl-rfpp's and verl's installed versions, from the metadata (no verl import)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from importlib import metadata
+
+        def installed(name: str) -> str:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                return "not installed"
+
+        print(f"verl-rfpp {installed('verl-rfpp')} (verl {installed('verl')}, Python {sys.version.split()[0]})")
+        parser.exit()
+
+
+def _overview(parser: argparse.ArgumentParser) -> str:
+    """What a bare ``verl-rfpp`` prints: the usage and each command in one line."""
+    width = max(map(len, COMMANDS))
+    return "\n".join([parser.format_usage().rstrip(), "", "commands:",
+                      *(f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()), "",
+                      "verl-rfpp COMMAND --help: the command's options; verl-rfpp --version: the versions installed"])
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = arguments.Parser(prog="verl-rfpp", description=__doc__.replace("``", ""))
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=arguments.Parser)
-    demo = commands.add_parser("demo", help="train a tiny local model with verl's real trainer on the CPU")
-    demo.add_argument("--estimator", choices=validation.ESTIMATOR_NAMES, default="reinforce_plus_plus_baseline")
+    parser = arguments.Parser(prog="verl-rfpp", description=__doc__.replace("``", ""),
+                              usage="verl-rfpp [-h] [--version] COMMAND ...")
+    parser.add_argument("--version", action=_Version, help="print verl-rfpp's and verl's versions and exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", prog="verl-rfpp", parser_class=arguments.Parser)
+    demo = commands.add_parser("demo", help=COMMANDS["demo"], formatter_class=arguments.HelpFormatter)
+    demo.add_argument("--estimator", choices=validation.ESTIMATOR_NAMES, default="reinforce_plus_plus_baseline",
+                      help="the estimator the run uses, with its validated recipe")
     demo.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of v1")
     demo.add_argument("--steps", type=int, default=3, action=arguments.Positive,
-                      fix="train at least 1 step (the default is 3)",
-                      help="training steps (40 show learning; default 3)")
+                      fix="train at least 1 step (the default is 3)", help="training steps (40 show learning)")
     demo.add_argument("--ranks", type=int, default=1, choices=(1, 2),
                       help="FSDP ranks: training processes sharing each batch (gloo)")
     demo.add_argument("--nodes", type=int, default=1, action=arguments.Positive,
@@ -335,58 +412,78 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="data order and sampling seed")
     demo.add_argument("--multi-turn", action="store_true",
                       help="verl's tool_agent loop with a toy tool: responses with tool tokens inside")
-    demo.add_argument("--verbose", action="store_true", help="stream verl's own log instead of progress lines")
+    demo.add_argument("-v", "--verbose", action="store_true",
+                      help=f"{VERBOSE_HELP}, and stream verl's own log instead of progress lines")
     demo.add_argument("--out", action=arguments.OutputDirectory,
-                      help="directory for the assets and logs (default: a new temporary one)")
+                      help="directory for the assets and logs, kept (default: a temporary one, removed at the end "
+                           "unless the run fails)")
     demo.set_defaults(handler=_demo)
-    curves = commands.add_parser("curves", help="learning curves: ours vs verl's built-ins and grpo (long)")
+    curves = commands.add_parser("curves", help=COMMANDS["curves"], formatter_class=arguments.HelpFormatter)
     curves.add_argument("--out", required=True, action=arguments.OutputDirectory,
                         help="output directory (finished runs in it are reused)")
-    curves.add_argument("--steps", type=int, default=40, action=arguments.Positive, fix="train at least 1 step")
-    curves.add_argument("--seeds", type=int, default=3, action=arguments.Positive, fix="run at least 1 seed")
+    curves.add_argument("--steps", type=int, default=40, action=arguments.Positive, fix="train at least 1 step",
+                        help="training steps of each run")
+    curves.add_argument("--seeds", type=int, default=3, action=arguments.Positive, fix="run at least 1 seed",
+                        help="seeds of each method")
     curves.add_argument("--methods", nargs="*", help="method keys: ours_baseline verl_baseline ours_rfpp "
                         "verl_rfpp verl_grpo (default: all five; --task noisy: all but verl_rfpp)")
     curves.add_argument("--task", choices=("demo", "noisy"), default="demo",
                         help="noisy: noisy rewards, half the prompts with nothing to learn (docs/curves/noisy)")
-    curves.add_argument("--lrs", type=float, nargs="*", help="--task noisy: learning rates (default 1e-2)")
+    curves.add_argument("--lrs", type=float, nargs="*", help="--task noisy: learning rates (default: 1e-2)")
     curves.add_argument("--noise-std", type=float, default=0.1, help="--task noisy: reward noise std")
     curves.add_argument("--quick", action="store_true", help="--task noisy: a 2-step, 1-seed smoke run")
     curves.add_argument("--control", type=int, default=0, metavar="SEEDS",
                         help="--task noisy: also run GRPO and ours REINFORCE++-baseline noise-free, this many seeds")
+    curves.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     curves.set_defaults(handler=_curves)
-    doctor = commands.add_parser("doctor", help="check that verl runs verl-rfpp's estimators")
+    doctor = commands.add_parser("doctor", help=COMMANDS["doctor"], formatter_class=arguments.HelpFormatter)
     doctor.add_argument("--ray", metavar="ADDRESS",
                         help="check every node of the Ray cluster at ADDRESS (as ray.init takes it: auto, "
-                             "HEAD:6379, ...) in a fresh process on each node")
+                             "HEAD:6379, ...) in a fresh process on each node (default: this machine only)")
     doctor.add_argument("--json", action="store_true", help="the report as one JSON line (what --ray reads back)")
+    doctor.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     doctor.set_defaults(handler=_doctor)
     check = commands.add_parser(
-        "check", help="validate a launch script or Hydra overrides against the contract",
-        usage=("verl-rfpp check [-h] [-cp DIR] [-cn NAME] [OVERRIDES ...]\n"
-               "       verl-rfpp check [-h] SCRIPT [ARGUMENTS ...]"),
-        epilog=CHECK_EXIT_CODES.replace("VERL_LOG", CHECK_LOG), formatter_class=argparse.RawDescriptionHelpFormatter)
+        "check", help=COMMANDS["check"],
+        usage=("verl-rfpp check [-h] [-v] [-cp DIR] [-cn NAME] [OVERRIDES ...]\n"
+               "       verl-rfpp check [-h] [-v] SCRIPT [ARGUMENTS ...]"),
+        epilog=CHECK_EXIT_CODES.replace("VERL_LOG", CHECK_LOG), formatter_class=arguments.HelpFormatter)
     check.add_argument("-cp", "--config-path",
-                       help="main_ppo's --config-path (relative to verl/trainer, as Hydra reads it)")
+                       help="main_ppo's --config-path (relative to verl/trainer, as Hydra reads it; default: config)")
     check.add_argument("-cn", "--config-name", help="main_ppo's --config-name (default ppo_trainer)")
+    check.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     check.add_argument("arguments", nargs="*", metavar="SCRIPT | OVERRIDES",
                        help="a launch script and its arguments, or Hydra overrides as given to main_ppo")
     check.set_defaults(handler=_check)
-    bandit = commands.add_parser("bandit", help="CPU toy experiments on REINFORCE++'s claims")
+    bandit = commands.add_parser("bandit", help=COMMANDS["bandit"], formatter_class=arguments.HelpFormatter)
     bandit.add_argument("--out", required=True, action=arguments.OutputDirectory, help="output directory")
     bandit.add_argument("--quick", action="store_true", help="a smaller run (under a minute)")
+    bandit.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     bandit.set_defaults(handler=_bandit)
-    recipe = commands.add_parser("recipe", help="print the validated recipe's overrides")
-    recipe.add_argument("estimator", choices=validation.ESTIMATOR_NAMES)
+    recipe = commands.add_parser("recipe", help=COMMANDS["recipe"], formatter_class=arguments.HelpFormatter)
+    recipe.add_argument("estimator", choices=validation.ESTIMATOR_NAMES, metavar="ESTIMATOR",
+                        help=f"one of {', '.join(validation.ESTIMATOR_NAMES)}")
+    recipe.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     recipe.set_defaults(handler=_recipe)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command's exit status; Ctrl-C is one line and 130, after the command stopped what it started."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as stop:  # --help, or an argument refused in one line (arguments.Parser)
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, --version, or an argument refused in one line (arguments.Parser)
         return stop.code
-    return args.handler(args)
+    if args.command is None:
+        print(_overview(parser))
+        return 2
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        stopped = INTERRUPTED.get(args.command)
+        print(f"verl-rfpp {args.command}: interrupted" + (f"; {stopped}" if stopped else ""), flush=True)
+        return 130
 
 
 if __name__ == "__main__":

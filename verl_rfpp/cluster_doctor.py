@@ -8,10 +8,11 @@ failing to unpickle. A node is OK when its report is healthy and its verl-rfpp a
 are the cluster's (the driver's, where the driver has them; else the most common).
 
 Before connecting, the address is checked (``AddressError``, one line, within
-``CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S``): its syntax, then a TCP connection to it, then a
-throwaway ``ray.init`` in a child process that is killed when it does not connect in time (Ray's
-own client retries a silent address for minutes). A node whose check dies with it (the node
-removed, the cluster shutting down) is a FAIL line; the other nodes are still reported.
+``2 * CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S``): its syntax and its host's name (``resolve``, for
+every string), then a TCP connection to it, then a throwaway ``ray.init`` in a child process that
+is killed when it does not connect in time (Ray's own client retries a silent address for minutes).
+A node whose check dies with it (the node removed, the cluster shutting down) is a FAIL line; the
+other nodes are still reported.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -52,39 +54,74 @@ class AddressError(RfppError):
 
 
 def check_address(address: str) -> None:
-    """Raise ``AddressError`` unless ``ray.init(address=address)`` can connect: the syntax (auto,
-    HOST:PORT or ray://HOST:PORT; ``auto`` reads ``RAY_ADDRESS`` first, as Ray does), a TCP
-    connection within ``CONNECT_TIMEOUT_S``, then a child's ``ray.init`` within ``HANDSHAKE_TIMEOUT_S``."""
-    target = address.strip()
-    if target == "auto" and os.environ.get("RAY_ADDRESS", "").strip():
-        target = os.environ["RAY_ADDRESS"].strip()
-        if target != "auto":
-            _check_explicit(target, address, f"RAY_ADDRESS={target}")
-    elif target != "auto":
-        _check_explicit(target, address, None)
+    """Raise ``AddressError`` unless ``ray.init(address=address)`` can connect: ``resolve`` (the
+    syntax and the host's name), a TCP connection within ``CONNECT_TIMEOUT_S``, then a child's
+    ``ray.init`` within ``HANDSHAKE_TIMEOUT_S``."""
+    found = resolve(address)
+    if found is not None:
+        _connect(address, *found)
     _handshake(address)
 
 
-def _check_explicit(target: str, address: str, source: Optional[str]) -> None:
-    named = f" ({source})" if source else ""
+def resolve(address: str) -> Optional[tuple[str, int, str, str]]:
+    """``(ip, port, host, named)`` of the address ``ray.init(address=address)`` would connect to, or
+    ``None`` for ``auto`` without ``RAY_ADDRESS`` (Ray's own lookup; ``auto`` reads ``RAY_ADDRESS``
+    first, as Ray does). ``AddressError`` for any string that is not ``auto``, ``HOST:PORT`` or
+    ``ray://HOST:PORT`` with a host that resolves; the lookup takes at most ``CONNECT_TIMEOUT_S``
+    and connects nowhere."""
+    target, named = address.strip(), ""
+    if target == "auto" and os.environ.get("RAY_ADDRESS", "").strip():
+        target = os.environ["RAY_ADDRESS"].strip()
+        named = f" (RAY_ADDRESS={target})"
+    if target == "auto":
+        return None
     if not target:
         raise AddressError(address, f"an empty address{named}")
     match = _ADDRESS.fullmatch(target)
     if match is None:
-        found = ("`local` starts a new Ray instance, it checks no cluster" if target == "local" else
-                 f"not a Ray address{named}: HOST:PORT or ray://HOST:PORT has a host and a port")
-        raise AddressError(address, found,
-                           f"try {ADDRESS_FORMS}; `verl-rfpp doctor` alone checks this machine"
-                           if target == "local" else f"try {ADDRESS_FORMS}")
+        local = target == "local"
+        raise AddressError(address, "`local` starts a new Ray instance, it checks no cluster" if local else
+                           f"not a Ray address{named}: HOST:PORT or ray://HOST:PORT has a host and a port",
+                           f"try {ADDRESS_FORMS}" + ("; `verl-rfpp doctor` alone checks this machine" if local else ""))
     host, port = match["host"].strip("[]"), int(match["port"])
     if not 0 < port < 65536:
         raise AddressError(address, f"port {port}{named} is not a TCP port (1-65535)")
+    return _lookup(address, host, port, named), port, host, named
+
+
+def _lookup(address: str, host: str, port: int, named: str) -> str:
+    """The first IP address ``host`` resolves to. The system resolver has no timeout of its own:
+    it runs in a daemon thread that is abandoned after ``CONNECT_TIMEOUT_S``."""
+    answer: list = []
+
+    def lookup() -> None:
+        try:
+            answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
+        except Exception as error:  # noqa: BLE001 (gaierror, UnicodeError from the idna codec, ValueError, ...)
+            answer.append(error)
+
+    thread = threading.Thread(target=lookup, name="verl-rfpp-resolve", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT_S)
+    if not answer:
+        raise AddressError(address, f"the name {host!r}{named} did not resolve within {CONNECT_TIMEOUT_S} s",
+                           f"give the head node's IP address; try {ADDRESS_FORMS}")
+    if isinstance(answer[0], socket.gaierror):
+        raise AddressError(address, f"host {host!r}{named} does not resolve ({answer[0].strerror})",
+                           f"check the head node's name or IP; try {ADDRESS_FORMS}")
+    if isinstance(answer[0], Exception):
+        why = " ".join(str(answer[0]).split()) or type(answer[0]).__name__
+        raise AddressError(address, f"host {host!r}{named} is not a valid host name ({why})",
+                           f"give the head node's name or IP, each dot-separated label 1 to 63 characters; "
+                           f"try {ADDRESS_FORMS}")
+    return answer[0]
+
+
+def _connect(address: str, ip: str, port: int, host: str, named: str) -> None:
+    """A TCP connection to the resolved ``ip``, within ``CONNECT_TIMEOUT_S``."""
     try:
-        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+        with socket.create_connection((ip, port), timeout=CONNECT_TIMEOUT_S):
             pass
-    except socket.gaierror as error:
-        raise AddressError(address, f"host {host!r}{named} does not resolve ({error.strerror})",
-                           f"check the head node's name or IP; try {ADDRESS_FORMS}") from None
     except TimeoutError:
         raise AddressError(address, f"no answer from {host}:{port}{named} within {CONNECT_TIMEOUT_S} s",
                            "check that the head node is up and that no firewall blocks the port from here; "

@@ -27,9 +27,11 @@ class QuietLog:
 
 
 @contextlib.contextmanager
-def quiet(command: str, verbose: bool = False) -> Iterator[QuietLog]:
+def quiet(command: str, verbose: bool = False, stdout: bool = False) -> Iterator[QuietLog]:
     """Send file descriptor 2 to ``verl-rfpp-COMMAND-*.log`` in the temporary directory for the
-    block (``verbose``: leave it on the terminal). What the command prints on stdout is untouched."""
+    block (``verbose``: leave it on the terminal). What the command prints on stdout is untouched,
+    unless ``stdout``: then file descriptor 1 goes to the log too (a block that prints nothing of
+    its own while a library prints progress there: the tokenizer trainer of the demo's assets)."""
     log = QuietLog()
     if verbose:
         yield log
@@ -38,15 +40,20 @@ def quiet(command: str, verbose: bool = False) -> Iterator[QuietLog]:
         descriptor, path = tempfile.mkstemp(prefix=f"verl-rfpp-{command}-", suffix=".log")
     except OSError:
         descriptor, path = os.open(os.devnull, os.O_WRONLY), None
+    routed = (1, 2) if stdout else (2,)
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = [os.dup(fd) for fd in routed]
     try:
-        os.dup2(descriptor, 2)
+        for fd in routed:
+            os.dup2(descriptor, fd)
         yield log
     finally:
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, copy in zip(routed, saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
         written = os.fstat(descriptor).st_size if path else 0
         os.close(descriptor)
         if path and written:

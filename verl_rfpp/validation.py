@@ -689,6 +689,17 @@ def warnings_for(config: DictConfig) -> list[str]:
     return notes
 
 
+def kl_in_use(config: DictConfig) -> str:
+    """Where and how an accepted config regularizes toward the reference model, for ``check``'s OK
+    line (docs/contract.md section 6.5): the rules of 6.2.6 and 6.2.7 leave REINFORCE++ only k1 in
+    the reward and the baseline only the k2 loss, each with its coefficient, or neither (``off``)."""
+    if _get(config, "algorithm.use_kl_in_reward", False):
+        return f"k1 in the reward, coefficient {_get(config, 'algorithm.kl_ctrl.kl_coef')}"
+    if _get(config, f"{ACTOR}.use_kl_loss", False):
+        return f"k2 loss, coefficient {_get(config, f'{ACTOR}.kl_loss_coef')}"
+    return "off"
+
+
 def enforce(config: DictConfig) -> None:
     """Raise ``ConfigViolationError`` listing every violation (``UnreadableConfigError`` for a key
     a rule reads that does not resolve); log each warning at WARNING."""

@@ -15,22 +15,26 @@ REWARD = "critic/score/mean"
 KL_LOSS = "actor/kl_loss"
 KL_REWARD = "actor/reward_kl_penalty"
 ADV_STD = "rfpp/adv_std"
+VAR_FLOOR = "rfpp/var_floor_used"
 RFPP_METRICS = ("rfpp/raw_adv_mean", "rfpp/raw_adv_std", "rfpp/adv_mean", "rfpp/adv_std", "rfpp/valid_tokens",
-                "rfpp/var_floor_used")
+                VAR_FLOOR)
 LEARNING_STEPS = 20  # from this many steps on, the reward must rise (the task learns within ~20-40)
 WINDOW = 5  # steps averaged at the start and at the end of the run
 MIN_GAIN = 0.1  # the reward's rise (0..2 scale) that counts as learning
 
 
 def progress_line(step: int, total: int, metrics: dict[str, float]) -> str:
-    """``step 3/40  reward 0.245  kl_loss 0.00123  adv_std 1.000  2.4 s``."""
+    """``step 3/40  reward 0.245  kl_loss 0.00123  adv_std 1.000  2.4 s``; a step whose advantages
+    met the variance floor (``rfpp/var_floor_used`` 1: the raw advantages' variance under 1e-8,
+    docs/contract.md section 4.3) says so after its ``adv_std``."""
     def number(key: str, fmt: str) -> str:
         return format(metrics[key], fmt) if key in metrics else "-"
 
     kl = (f"kl_loss {number(KL_LOSS, '.5f')}" if KL_LOSS in metrics
           else f"kl_in_reward {number(KL_REWARD, '.5f')}")
+    floor = " (variance floor used: raw advantages' variance < 1e-8)" if metrics.get(VAR_FLOOR) == 1 else ""
     return (f"step {step:>{len(str(total))}}/{total}  reward {number(REWARD, '.3f')}  {kl}  "
-            f"adv_std {number(ADV_STD, '.3f')}  {number('timing_s/step', '.1f')} s")
+            f"adv_std {number(ADV_STD, '.3f')}{floor}  {number('timing_s/step', '.1f')} s")
 
 
 @dataclass

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -271,11 +272,17 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
         extra_env: Optional[dict[str, str]] = None) -> RunResult:
     """Run verl's ``main_ppo`` on the CPU; its whole log goes to ``out_dir/verl.log`` (and to stdout
     with ``echo``); ``on_step(step, metrics)`` is called as each step's console line arrives.
+    One node: verl starts its Ray with ``RAY_TMPDIR`` a temporary directory of the run's own.
     ``nodes > 1``: on a ``cluster.LocalCluster`` of that many nodes (one rank each, ``node_env[i]``
     added to node ``i``'s environment), started before verl and stopped after it, whatever happens."""
     if nodes == 1:
-        return _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir,
-                    multi_turn, on_step, extra_overrides=extra_overrides, extra_env=extra_env)
+        # Ray's files (its sessions, the address file `ray status` and `auto` read) go to a directory of the
+        # run's own, removed after it, not to the machine's shared /tmp/ray (under /tmp: Ray's socket paths are short)
+        with tempfile.TemporaryDirectory(prefix="rfpp-ray-", dir="/tmp", ignore_cleanup_errors=True) as ray_tmp:
+            os.makedirs(os.path.join(ray_tmp, "ray"))
+            return _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir,
+                        multi_turn, on_step, extra_overrides=extra_overrides,
+                        extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})})
     env = trainer_environment(Path(out_dir).resolve(), ours)
     changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
     with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed, node_env=node_env) as ray_cluster:

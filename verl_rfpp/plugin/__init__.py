@@ -55,7 +55,8 @@ from verl_rfpp.plugin.registries import (
 from verl_rfpp.plugin.registries import checked_in_process as _checked_in_process
 from verl_rfpp.plugin.state import MARKER, logger
 from verl_rfpp.plugin.table import PATCHES, TABLE
-from verl_rfpp.plugin.versions import (
+from verl_rfpp.plugin.workers import WorkerPluginError
+from verl_rfpp.versions import (
     SUPPORTED_VERL_TEXT,
     TESTED_VERL,
     check_verl_version,
@@ -65,7 +66,6 @@ from verl_rfpp.plugin.versions import (
     verl_version,
     version_check,
 )
-from verl_rfpp.plugin.workers import WorkerPluginError
 
 __all__ = [
     "ActivationError", "CORE_ALGOS", "ENTRY_POINT", "ESTIMATORS", "MARKER", "PATCHES", "SUPPORTED_VERL_TEXT",

@@ -18,7 +18,7 @@ from verl_rfpp.metrics import STEP_METRICS
 from verl_rfpp.patching import Internal
 from verl_rfpp.plugin import sessions
 from verl_rfpp.plugin.state import public
-from verl_rfpp.plugin.versions import no_loader_problem
+from verl_rfpp.versions import no_loader_problem
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"  # the estimator and policy-loss registries
 INTERNALS = (

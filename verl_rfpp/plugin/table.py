@@ -76,7 +76,7 @@ def problem() -> Optional[str]:
     failed = failures(TABLE)
     if not failed:
         return None
-    from verl_rfpp.plugin.versions import TESTED_VERL, verl_version
+    from verl_rfpp.versions import TESTED_VERL, verl_version
 
     details = "; ".join(f"{name}: {', '.join(problems)}" for name, problems in failed.items())
     return (f"verl {verl_version()} lacks what verl-rfpp relies on, so none of its runs start "

@@ -29,13 +29,15 @@ class Verdict:
     """``name``: ``algorithm.adv_estimator`` as read (``None`` when it cannot be read);
     ``estimator``: ours that it selects, else ``None``; ``refusal``: why the run must not start
     (the wrapper raises it, ``check`` prints it); ``unread``: why ``adv_estimator`` cannot be read
-    (verl's to report at run time, ``check``'s exit 3); ``warnings``: notes on an accepted run of ours."""
+    (verl's to report at run time, ``check``'s exit 3); ``warnings``: notes on an accepted run of ours;
+    ``kl``: the KL an accepted run of ours uses (``validation.kl_in_use``)."""
 
     name: Any
     estimator: Optional[str]
     refusal: Optional[RfppError] = None
     unread: Optional[validation.UnreadableConfigError] = None
     warnings: tuple[str, ...] = ()
+    kl: str = ""
 
     @property
     def status(self) -> int:
@@ -45,11 +47,11 @@ class Verdict:
         return OK if self.refusal is None else REFUSED
 
     def summary(self) -> str:
-        """The last line of an accepted verdict."""
+        """The last line of an accepted verdict; for a run of ours it names the KL in use (section 6.5)."""
         if self.estimator is None:
             return (f"algorithm.adv_estimator={self.name}: not a verl-rfpp estimator; "
                     "verl-rfpp does not touch this run.")
-        return f"OK: this config runs {self.estimator} as docs/contract.md defines it."
+        return f"OK: this config runs {self.estimator} as docs/contract.md defines it; KL: {self.kl}."
 
 
 def judge(config: Any, plugin_loaded: bool = True) -> Verdict:
@@ -73,9 +75,10 @@ def judge(config: Any, plugin_loaded: bool = True) -> Verdict:
         if found:
             return Verdict(name, estimator, refusal=validation.ConfigViolationError(estimator, found))
         notes = tuple(note for source in NOTE_SOURCES for note in source(config))
+        kl = validation.kl_in_use(config)
     except validation.UnreadableConfigError as error:
         return Verdict(name, estimator, refusal=error)
-    return Verdict(name, estimator, warnings=notes)
+    return Verdict(name, estimator, warnings=notes, kl=kl)
 
 
 def _misspelt(name: Any) -> Optional[validation.MisspeltEstimatorError]:

@@ -1,4 +1,5 @@
-"""The verl releases this plugin is written against (docs/contract.md section 8.5).
+"""The verl releases this plugin is written against (docs/contract.md section 8.5), read from the
+installed distributions' metadata: no verl import (``verl-rfpp recipe`` and ``demo`` ask it first).
 
 verl loads plugins through its ``verl.plugins`` entry point from release 0.9.0 on: an older verl
 never imports us, so its own estimators run under our names. Every release with that loader is
@@ -8,10 +9,11 @@ activation checks (``verl_rfpp.plugin.table``) stop a run if it moved something 
 
 from __future__ import annotations
 
+import logging
 from importlib import metadata
 from typing import Optional
 
-from verl_rfpp.plugin.state import logger
+logger = logging.getLogger("verl_rfpp")  # the plugin's logger (verl_rfpp.plugin.state)
 
 PLUGIN_LOADER_SINCE = (0, 9, 0)  # the first verl whose ``import verl`` loads ``verl.plugins`` entry points
 TESTED_VERL = ("0.9.0", "0.9.1")  # CI runs the tests on each of these
