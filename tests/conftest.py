@@ -2,7 +2,8 @@
 pytest's cache is off (``-p no:cacheprovider`` in pyproject), Hypothesis keeps no example
 database and its other storage (``.hypothesis/``, by default in the cwd) lives in a temporary
 directory removed at exit. The two-minute tier (``-m "not slow and not e2e"``) stays honest:
-in a run that deselects ``slow``, a test of the tier that starts a process fails, naming itself."""
+in a run that deselects ``slow``, a test of the tier that starts a process fails, naming itself;
+a cache a library builds with a helper process on first use is built before the first test."""
 
 from __future__ import annotations
 
@@ -122,6 +123,15 @@ def _refusal(item: pytest.Item, what: str, detail: object) -> str:
     return (f"{item.nodeid} starts {what} ({detail!r:.200}) but is not marked slow: mark it "
             f"@pytest.mark.slow (or the module's pytestmark); the tier -m \"not slow and not e2e\" "
             f"starts no process (README, Tests)")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A fresh machine (empty ``MPLCONFIGDIR``) runs the tier as a warm one does: matplotlib lists
+    the system's fonts with ``fc-list`` once, on its first import, and caches them there. Done here,
+    before any test, the guard below needs no exception for a library's helper process and still
+    fails every test that starts one itself (tests/test_tiers.py runs both on a fresh MPLCONFIGDIR)."""
+    if _deselects_slow(session.config):
+        import matplotlib.font_manager  # noqa: F401
 
 
 @pytest.hookimpl(wrapper=True)
