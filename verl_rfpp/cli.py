@@ -242,6 +242,17 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"verl-rfpp demo runs verl's trainer, which needs modules of the [cpu] extra that are not "
               f"installed ({', '.join(missing)}): pip install 'verl-rfpp[cpu]'")
         return 2
+    if args.resume and not args.out:
+        print("verl-rfpp demo: --resume continues the run in --out DIR; give the --out of the run that saved "
+              "with --save-every N.")
+        return 2
+    if args.resume:
+        from verl_rfpp.cpu.launch import resume_problem
+
+        problem = resume_problem(args.out, args.steps)
+        if problem:
+            print(f"verl-rfpp demo: {problem}.")
+            return 2
     import contextlib
     import io
     import tempfile
@@ -277,7 +288,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
                         ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
-                        nodes=args.nodes)
+                        nodes=args.nodes, save_every=args.save_every, resume=args.resume)
     verdict = demo.judge(args.estimator, result, args.steps, args.ranks)
     if args.nodes > 1:
         demo.judge_nodes(result, args.nodes, verdict)
@@ -336,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--multi-turn", action="store_true",
                       help="verl's tool_agent loop with a toy tool: responses with tool tokens inside")
     demo.add_argument("--verbose", action="store_true", help="stream verl's own log instead of progress lines")
+    demo.add_argument("--save-every", type=int, action=arguments.Positive, metavar="N",
+                      fix="save a checkpoint every N >= 1 steps",
+                      help="save verl's checkpoint every N steps and at the last (in --out DIR/checkpoints)")
+    demo.add_argument("--resume", action="store_true",
+                      help="continue the run in --out DIR from its latest checkpoint up to --steps")
     demo.add_argument("--out", action=arguments.OutputDirectory,
                       help="directory for the assets and logs (default: a new temporary one)")
     demo.set_defaults(handler=_demo)
