@@ -8,8 +8,11 @@ same seed to step 2 with a checkpoint then resumed to 4, another seed) and 2 ran
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -240,11 +243,31 @@ def test_save_and_resume_reach_verl_s_trainer_options(tmp_path):
 
 # --- verl's trainer: same seed, same bits; resume equals uninterrupted ---------------------------------
 
+@dataclass
+class DemoRun:
+    """What a ``verl-rfpp demo`` run left: its output, its exit code, the weights digest per step
+    (its trace) and ``metrics.jsonl``'s lines."""
+
+    out: str
+    code: int
+    digests: dict
+    metrics: list
+
+
+def _demo(arguments: list[str], out: Path) -> DemoRun:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli.main(["demo", *arguments, "--out", str(out)])
+    digests = launch.weight_digests((out / "trace.txt").read_text().splitlines())
+    return DemoRun(printed.getvalue(), code, digests, (out / launch.METRICS).read_text().splitlines())
+
+
 @pytest.fixture(scope="module")
 def one_rank_runs(tmp_path_factory):
-    """verl's v1 trainer on 1 rank, REINFORCE++-baseline with the k2 loss, seed 0: ``straight`` to
-    step 4; ``resumed``: to step 2 saving a checkpoint (``first``), then resumed in the same
-    directory to step 4; ``other``: seed 1, 1 step."""
+    """verl's v1 trainer on 1 rank, REINFORCE++-baseline with the k2 loss, seed 0: ``straight``
+    (``launch.run``) to step 4; ``first``: ``verl-rfpp demo --steps 2 --save-every 2``, then
+    ``resumed``: ``verl-rfpp demo --steps 4 --resume`` in the same directory; ``other``: seed 1,
+    1 step."""
     def run(name, steps, **options):
         out = tmp_path_factory.mktemp(name)
         result = launch.run(ESTIMATOR, out, steps=steps, echo=False, timeout=900, **options)
@@ -252,32 +275,35 @@ def one_rank_runs(tmp_path_factory):
         return result, out
 
     straight = run("straight", 4)
-    first, out = run("first", 2, save_every=2)
-    first_metrics = (out / launch.METRICS).read_text()
-    resumed = launch.run(ESTIMATOR, out, steps=4, echo=False, timeout=900, save_every=2, resume=True)
-    assert resumed.returncode == 0, "".join(resumed.log[-60:])
-    return {"straight": straight, "first": (first, first_metrics), "resumed": (resumed, out),
-            "other": run("other", 1, seed=1)}
+    out = tmp_path_factory.mktemp("demo")
+    first = _demo(["--steps", "2", "--save-every", "2"], out)
+    assert first.code == 0, first.out
+    resumed = _demo(["--steps", "4", "--resume"], out)
+    assert resumed.code == 0, resumed.out
+    return {"straight": straight, "first": first, "resumed": resumed, "other": run("other", 1, seed=1)}
 
 
 @pytest.mark.e2e
 def test_one_rank_same_seed_same_weights_and_metrics_every_step(one_rank_runs):
-    (straight, out), (first, first_metrics) = one_rank_runs["straight"], one_rank_runs["first"]
+    (straight, out), first = one_rank_runs["straight"], one_rank_runs["first"]
     assert sorted(first.digests) == [0, 1, 2] and len(set(first.digests.values())) == 3  # the weights moved
     assert first.digests == {step: straight.digests[step] for step in (0, 1, 2)}
-    assert first.metrics == {step: straight.metrics[step] for step in (1, 2)}
-    assert any(key.startswith("rfpp/") for key in first.metrics[1])
-    straight_lines = (out / launch.METRICS).read_text().splitlines()
-    assert first_metrics.splitlines() == straight_lines[:2]  # what `diff` compares
+    assert [json.loads(line) for line in first.metrics] == [straight.metrics[step] for step in (1, 2)]
+    assert any(key.startswith("rfpp/") for key in straight.metrics[1])
+    assert first.metrics == (out / launch.METRICS).read_text().splitlines()[:2]  # what `diff` compares
+    assert f"Actor weights after step 2: sha256 {straight.digests[2]}." in first.out
 
 
 @pytest.mark.e2e
 def test_a_run_resumed_from_step_2_equals_the_run_straight_to_step_4(one_rank_runs):
-    (straight, straight_out), (resumed, out) = one_rank_runs["straight"], one_rank_runs["resumed"]
-    assert sorted(resumed.steps) == [3, 4]  # verl resumed after step 2, it did not start again
+    """``demo --resume`` continued after the checkpoint of step 2 (it trained steps 3 and 4 only)
+    and ended with the weights and ``metrics.jsonl`` (steps 1-4) of the run straight to step 4."""
+    (straight, straight_out), resumed = one_rank_runs["straight"], one_rank_runs["resumed"]
+    progress = [line.split()[1] for line in resumed.out.splitlines() if line.startswith("step ")]
+    assert progress == ["3/4", "4/4"] and "PASS: " in resumed.out, resumed.out
     assert {step: resumed.digests[step] for step in (3, 4)} == {step: straight.digests[step] for step in (3, 4)}
-    assert resumed.digest == straight.digest
-    assert (out / launch.METRICS).read_text() == (straight_out / launch.METRICS).read_text()  # steps 1-4
+    assert f"Actor weights after step 4: sha256 {straight.digest}." in resumed.out
+    assert resumed.metrics == (straight_out / launch.METRICS).read_text().splitlines()  # steps 1-4
 
 
 @pytest.mark.e2e

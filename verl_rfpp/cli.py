@@ -286,16 +286,17 @@ def _demo(args: argparse.Namespace) -> int:
         if not args.verbose:
             print(demo.progress_line(step, args.steps, metrics), flush=True)
 
+    trained = args.steps - (launch.saved_step(out) or 0) if args.resume else args.steps  # this run's steps
     result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
                         ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
                         nodes=args.nodes, save_every=args.save_every, resume=args.resume)
-    verdict = demo.judge(args.estimator, result, args.steps, args.ranks)
+    verdict = demo.judge(args.estimator, result, trained, args.ranks)
     if args.nodes > 1:
         demo.judge_nodes(result, args.nodes, verdict)
     if verdict.problems and not args.verbose:
         print("".join(result.log[-25:]).rstrip())
     hint = f"verl's full log: {result.log_path}; the run trace (who computed what, where): {out / 'trace.txt'}"
-    print(demo.summary(args.estimator, result, verdict, args.steps, args.ranks, args.legacy, hint))
+    print(demo.summary(args.estimator, result, verdict, trained, args.ranks, args.legacy, hint))
     return 0 if verdict.passed else 1
 
 
