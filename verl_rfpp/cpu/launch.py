@@ -137,7 +137,8 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
     ``save_every``: verl's checkpoint every that many steps and at the last (``trainer.save_freq``);
     ``resume``: continue from the latest one in ``out_dir/checkpoints`` (``trainer.resume_mode=auto``),
     otherwise start afresh (``disable``). verl's ``file`` logger always writes every step's metrics;
-    ``rollout.full_determinism`` names each request after its row in the batch (``rollout.request_seed``)."""
+    ``rollout.full_determinism``: verl routes each request by a hash of its id, ``PYTHONHASHSEED``
+    the seed (docs/cpu-backend.md, "Same seed, same run")."""
     example = example_overrides(nodes) if nodes > 1 else []
     samples = next((int(o.split("=", 1)[1]) for o in example if o.startswith("actor_rollout_ref.rollout.n=")),
                    SAMPLES)

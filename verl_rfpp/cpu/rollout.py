@@ -32,9 +32,9 @@ def server_name(replica_rank: int) -> str:
 
 def request_seed(seed: int, global_steps: int, request_id: str, turn: int) -> int:
     """The seed of one request's sampling: a function of the run's seed and the request's identity
-    only. verl names a request ``det-<priority>`` under ``rollout.full_determinism`` (the priority is
-    the sample's row in the step's batch: prompt and sample index); a multi-turn session reuses its
-    id, so ``turn`` (0, 1, ... in the order the session sends them) tells its turns apart."""
+    only. The request id is its agent-loop session's identity (``patches._identified_sessions``:
+    step, the prompt's dataset index, sample and session); a session's turns share it, so ``turn``
+    (0, 1, ... in the order the session sends them) tells them apart."""
     key = f"{seed}:{global_steps}:{request_id}:{turn}".encode()
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1)
 
@@ -66,7 +66,6 @@ class HFRolloutServer:
         self.turn_tokens = turn_tokens or response_length
         self.global_steps = 0  # the trainer step whose weights are loaded (verl's staleness metrics)
         self.turns: dict[str, int] = {}  # request id -> turns sampled under the loaded weights
-        self.digest = ""  # weights_digest of the loaded weights
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], global_steps: Optional[int] = None) -> int:
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
@@ -76,10 +75,10 @@ class HFRolloutServer:
         if global_steps is not None:
             self.global_steps = global_steps
         self.turns = {}
-        self.digest = weights_digest(state_dict)
         if os.environ.get(trace.TRACE_ENV):
             checksum = sum(float(t.double().abs().sum()) for t in state_dict.values())
-            trace.write("weights", global_steps=self.global_steps, abs_sum=f"{checksum:.12g}", sha256=self.digest)
+            trace.write("weights", global_steps=self.global_steps, abs_sum=f"{checksum:.12g}",
+                        sha256=weights_digest(state_dict))
         return self.global_steps
 
     def next_token_probs(self, prompts: list[list[int]]) -> tuple[int, list[list[float]]]:
