@@ -1,8 +1,9 @@
 """Same seed, same run; a resumed run equals an uninterrupted one (issue 31, docs/cpu-backend.md
 "Same seed, same run"). The fast tests hold the pieces in-process: each request's sampling stream
-(``rollout.request_seed``) whatever the order requests come in, the weights digest, the split of
-verl's metrics file. The e2e tests run verl's v1 trainer: 1 rank (a run straight to step 4, the
-same seed to step 2 with a checkpoint then resumed to 4, another seed) and 2 ranks (the shared
+(``rollout.request_seed``) whatever the order requests come in, a session's identity as the
+request id, the estimators' bits, the weights digest, the split of verl's metrics file. The e2e
+tests run verl's v1 trainer: 1 rank (a run straight to step 4; the same seed to step 2 with a
+checkpoint, then resumed to 4, through ``verl-rfpp demo``; another seed) and 2 ranks (the shared
 ``v1_two_output_run`` once more)."""
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _answer(server, requests) -> dict[str, list[int]]:
 
 def test_a_request_samples_the_same_tokens_whatever_the_order_of_the_others(model_dir):
     """The shared stream made a request's tokens depend on the requests before it; now they depend
-    on the seed and the request's id only (verl: ``det-<row>``)."""
+    on the seed and the request's id only (a session's identity: ``train-<step>-<index>-<n>-<session>``)."""
     requests = [(f"det-{row}", prompt) for row, prompt in enumerate(PROMPTS)]
     server = _server(model_dir)
     forward = _answer(server, requests)
