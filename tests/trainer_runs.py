@@ -21,15 +21,12 @@ class TwoOutputRun:
     steps: list[dict]
 
 
-@pytest.fixture(scope="session")
-def v1_two_output_run(tmp_path_factory) -> TwoOutputRun:
+def two_output_run(out: Path) -> TwoOutputRun:
     """verl's v1 trainer, 2 FSDP ranks, 2 steps of REINFORCE++-baseline with the recipe's k2 KL
     loss, tensorboard on, and ``verl_rfpp.cpu.agent.TwoOutputAgentLoop`` (4 prompts x 4 sessions;
-    even sessions return two outputs, so 24 rows, 2 mini-batches per step). Read by
-    tests/test_end_to_end.py (the v1 trainer on 2 ranks) and tests/test_sessions.py (contract 3.7)."""
+    even sessions return two outputs, so 24 rows, 2 mini-batches per step), seed 0."""
     from verl_rfpp.cpu import advantage_dump, agent, launch
 
-    out = tmp_path_factory.mktemp("v1-two-outputs")
     env = {"VERL_USE_EXTERNAL_MODULES": "verl_rfpp.cpu,verl_rfpp.cpu.advantage_dump",
            advantage_dump.DUMP_ENV: str(out / "dump")}
     result = launch.run("reinforce_plus_plus_baseline", out, steps=2, echo=False, timeout=900, ranks=2,
@@ -39,3 +36,10 @@ def v1_two_output_run(tmp_path_factory) -> TwoOutputRun:
     assert result.returncode == 0 and sorted(result.steps) == [1, 2], "".join(result.log[-80:])
     dumps = sorted((out / "dump").glob("advantages-*.pt"), key=lambda path: int(path.stem.rsplit("-", 1)[1]))
     return TwoOutputRun(result, out, [torch.load(path) for path in dumps])
+
+
+@pytest.fixture(scope="session")
+def v1_two_output_run(tmp_path_factory) -> TwoOutputRun:
+    """``two_output_run``: read by tests/test_end_to_end.py (the v1 trainer on 2 ranks),
+    tests/test_sessions.py (contract 3.7) and tests/test_determinism.py (the same run again)."""
+    return two_output_run(tmp_path_factory.mktemp("v1-two-outputs"))

@@ -266,6 +266,17 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"verl-rfpp demo runs verl's trainer, which needs modules of the [cpu] extra that are not "
               f"installed ({', '.join(missing)}): pip install 'verl-rfpp[cpu]'")
         return 2
+    if args.resume and not args.out:
+        print("verl-rfpp demo: --resume continues the run in --out DIR; give the --out of the run that saved "
+              "with --save-every N.")
+        return 2
+    if args.resume:
+        from verl_rfpp.cpu.launch import resume_problem
+
+        problem = resume_problem(args.out, args.steps)
+        if problem:
+            print(f"verl-rfpp demo: {problem}.")
+            return 2
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="verl-rfpp-demo-"))
     keep = args.out is not None
     try:
@@ -304,10 +315,11 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
         if not args.verbose:
             print(demo.progress_line(step, args.steps, metrics), flush=True)
 
+    trained = args.steps - (launch.saved_step(out) or 0) if args.resume else args.steps  # this run's steps
     result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
                         ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
-                        nodes=args.nodes)
-    verdict = demo.judge(args.estimator, result, args.steps, args.ranks)
+                        nodes=args.nodes, save_every=args.save_every, resume=args.resume)
+    verdict = demo.judge(args.estimator, result, trained, args.ranks)
     if args.nodes > 1:
         demo.judge_nodes(result, args.nodes, verdict)
     if verdict.problems and not args.verbose:
@@ -320,7 +332,7 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     else:
         hint = ("The run's files (verl's log, the run trace) were in a temporary folder, now removed: "
                 "--out DIR keeps them")
-    print(demo.summary(args.estimator, result, verdict, args.steps, args.ranks, args.legacy, hint))
+    print(demo.summary(args.estimator, result, verdict, trained, args.ranks, args.legacy, hint))
     return verdict.passed
 
 
@@ -414,6 +426,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="verl's tool_agent loop with a toy tool: responses with tool tokens inside")
     demo.add_argument("-v", "--verbose", action="store_true",
                       help=f"{VERBOSE_HELP}, and stream verl's own log instead of progress lines")
+    demo.add_argument("--save-every", type=int, action=arguments.Positive, metavar="N",
+                      fix="save a checkpoint every N >= 1 steps",
+                      help="save verl's checkpoint every N steps and at the last, in --out DIR/checkpoints "
+                           "(default: none)")
+    demo.add_argument("--resume", action="store_true",
+                      help="continue the run in --out DIR from its latest checkpoint up to --steps "
+                           "(default: a fresh run)")
     demo.add_argument("--out", action=arguments.OutputDirectory,
                       help="directory for the assets and logs, kept (default: a temporary one, removed at the end "
                            "unless the run fails)")

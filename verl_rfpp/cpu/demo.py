@@ -9,7 +9,7 @@ from typing import Optional
 
 from verl_rfpp import cluster
 from verl_rfpp.cpu import trace
-from verl_rfpp.cpu.launch import RunResult
+from verl_rfpp.cpu.launch import METRICS, RunResult
 
 REWARD = "critic/score/mean"
 KL_LOSS = "actor/kl_loss"
@@ -218,6 +218,10 @@ def summary(estimator: str, result: RunResult, verdict: Verdict, steps: int, ran
             lines.append(f"  {len(result.steps)} steps are too few to see learning; "
                          f"`verl-rfpp demo --steps 40` shows it (about 0.2 rising to about 1).")
     lines += node_lines(verdict)
+    if result.digest:
+        metrics = result.log_path.parent / METRICS if result.log_path else METRICS
+        lines.append(f"- Actor weights after step {max(result.digests)}: sha256 {result.digest}. Every step's "
+                     f"metrics: {metrics}. The same seed gives the same digest and file.")
     if log_hint:
         lines.append(f"- {log_hint}")
     nodes = len(facts.get("nodes") or []) or 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -17,6 +18,11 @@ from typing import Callable, Optional, Sequence
 from verl_rfpp import cluster, validation
 from verl_rfpp.cpu import assets, trace
 from verl_rfpp.errors import RfppError
+
+METRICS = "metrics.jsonl"  # every step's metrics that the seed decides, one JSON line per step
+TIMING = "timing.jsonl"  # every step's metrics that the clock or the machine decides
+VERL_METRICS = "verl-metrics.jsonl"  # verl's ``file`` logger: one run's lines, before the split
+CHECKPOINTS = "checkpoints"  # trainer.default_local_dir
 
 GRPO = "grpo"
 SAMPLES = 4  # responses per prompt
@@ -73,6 +79,28 @@ REPLACED_FOR_CPU = ("actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor
                     "trainer.logger", "trainer.save_freq", "trainer.test_freq")
 
 
+def saved_step(out_dir: Path) -> Optional[int]:
+    """The step of the latest checkpoint verl saved in ``out_dir/checkpoints`` (its tracker file,
+    ``latest_checkpointed_iteration.txt``), or ``None`` when there is none."""
+    tracker = Path(out_dir) / CHECKPOINTS / "latest_checkpointed_iteration.txt"
+    try:
+        return int(tracker.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def resume_problem(out_dir: Path, steps: int) -> Optional[str]:
+    """Why a run of ``steps`` steps cannot resume from ``out_dir`` (verl itself would silently
+    train from scratch without a checkpoint), or ``None``."""
+    step = saved_step(out_dir)
+    if step is None:
+        return (f"--resume continues from a checkpoint in {Path(out_dir) / CHECKPOINTS}, and there is none; "
+                "run with --save-every N first (same --out)")
+    if steps <= step:
+        return f"the checkpoint in {Path(out_dir) / CHECKPOINTS} is after step {step}: resume with --steps above {step}"
+    return None
+
+
 def examples_dir() -> Path:
     """The repository's ``examples/`` (a source checkout or an unpacked sdist)."""
     return Path(__file__).resolve().parents[2] / "examples"
@@ -102,10 +130,16 @@ def _key(override: str) -> str:
 
 def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out_dir: Path, ranks: int = 1,
                       seed: int = 0, ours: bool = True, loggers: tuple[str, ...] = ("console",),
-                      multi_turn: bool = False, nodes: int = 1, address: Optional[str] = None) -> list[str]:
+                      multi_turn: bool = False, nodes: int = 1, address: Optional[str] = None,
+                      save_every: Optional[int] = None, resume: bool = False) -> list[str]:
     """The recipe plus what a 2-core CPU run of the tiny model needs, on ``ranks`` FSDP ranks. With
     ``nodes > 1``: one rank per node of the Ray cluster at ``address``, and instead of the recipe
-    the multi-node example's overrides, all but ``NOT_FOR_CPU`` and ``REPLACED_FOR_CPU``."""
+    the multi-node example's overrides, all but ``NOT_FOR_CPU`` and ``REPLACED_FOR_CPU``.
+    ``save_every``: verl's checkpoint every that many steps and at the last (``trainer.save_freq``);
+    ``resume``: continue from the latest one in ``out_dir/checkpoints`` (``trainer.resume_mode=auto``),
+    otherwise start afresh (``disable``). verl's ``file`` logger always writes every step's metrics;
+    ``rollout.full_determinism``: verl routes each request by a hash of its id, ``PYTHONHASHSEED``
+    the seed (docs/cpu-backend.md, "Same seed, same run")."""
     example = example_overrides(nodes) if nodes > 1 else []
     samples = next((int(o.split("=", 1)[1]) for o in example if o.startswith("actor_rollout_ref.rollout.n=")),
                    SAMPLES)
@@ -134,6 +168,7 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
         "data.dataloader_num_workers=0",
         f"data.seed={seed}",
         f"actor_rollout_ref.rollout.seed={seed}",
+        "actor_rollout_ref.rollout.full_determinism=True",
         f"actor_rollout_ref.model.path={paths['model']}",
         "actor_rollout_ref.model.use_remove_padding=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
@@ -155,11 +190,12 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
         f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=False",
         "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        f"trainer.logger=[{','.join(loggers)}]",
+        f"trainer.save_freq={save_every or -1}",
+        f"trainer.resume_mode={'auto' if resume else 'disable'}",
+        f"trainer.logger=[{','.join(dict.fromkeys((*loggers, 'file')))}]",
         "trainer.project_name=verl_rfpp_cpu",
         f"trainer.experiment_name={estimator}{'' if ours else '_verl'}_seed{seed}",
-        f"trainer.default_local_dir={out_dir / 'checkpoints'}",
+        f"trainer.default_local_dir={out_dir / CHECKPOINTS}",
         f"trainer.use_v1={not legacy}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
@@ -198,6 +234,7 @@ def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "RAY_DEDUP_LOGS": "0",
         "TENSORBOARD_DIR": str(out_dir / "tensorboard"),
+        "VERL_FILE_LOGGER_PATH": str(out_dir / VERL_METRICS),
         trace.TRACE_ENV: str(out_dir / "trace.txt"),
     })
     if not ours:
@@ -208,8 +245,8 @@ def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
 def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ranks: int = 1, seed: int = 0,
             ours: bool = True, loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None,
             multi_turn: bool = False, nodes: int = 1, address: Optional[str] = None,
-            extra_overrides: Sequence[str] = (), extra_env: Optional[dict[str, str]] = None
-            ) -> tuple[list[str], dict[str, str]]:
+            extra_overrides: Sequence[str] = (), extra_env: Optional[dict[str, str]] = None,
+            save_every: Optional[int] = None, resume: bool = False) -> tuple[list[str], dict[str, str]]:
     """``(argv, env)`` of one CPU training run; builds the assets (default ``out_dir/assets``).
     ``extra_overrides`` come last (Hydra applies the last value of a key); ``extra_env`` is added
     to the trainer's environment (e.g. another task's data, reward and metrics probe)."""
@@ -217,7 +254,7 @@ def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False,
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = assets.build_all(Path(assets_dir) if assets_dir else out_dir / "assets")
     overrides = trainer_overrides(estimator, paths, steps, legacy, out_dir, ranks, seed, ours, loggers, multi_turn,
-                                  nodes, address)
+                                  nodes, address, save_every, resume)
     env = {**trainer_environment(out_dir, ours), **(extra_env or {})}
     return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *extra_overrides], env
 
@@ -237,6 +274,59 @@ def parse_step_line(line: str) -> Optional[tuple[int, dict[str, float]]]:
     return int(match.group(1)), metrics
 
 
+# The metrics the clock or the machine decides (wall-clock times, throughputs, MFU, memory): they
+# differ between two runs of one seed; every other key verl logs is decided by the seed (measured:
+# docs/cpu-backend.md, "Same seed, same run").
+CLOCK_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/")
+SEED_PERF_METRICS = {"perf/total_num_tokens"}  # a token count, under perf/
+
+
+def is_clock_metric(key: str) -> bool:
+    return (key.startswith(CLOCK_PREFIXES) or "/perf/" in key) and key not in SEED_PERF_METRICS
+
+
+def weight_digests(trace_lines: Sequence[str]) -> dict[int, str]:
+    """``{global_steps: sha256}`` of the weights each rollout server received (the trace's
+    ``weights`` lines); where the servers of several ranks received different weights, the value
+    says so: ``differ: <digest>, <digest>`` (the ranks' copies of the actor diverged)."""
+    seen: dict[int, list[str]] = {}
+    for line in trace_lines:
+        fields = dict(re.findall(r"(\w+)=(\S+)", line))
+        if line.startswith("weights ") and "sha256" in fields:
+            digests = seen.setdefault(int(fields["global_steps"]), [])
+            if fields["sha256"] not in digests:
+                digests.append(fields["sha256"])
+    return {step: digests[0] if len(digests) == 1 else "differ: " + ", ".join(digests)
+            for step, digests in seen.items()}
+
+
+def write_metrics(out_dir: Path, resumed: bool = False) -> dict[int, dict]:
+    """Split verl's ``file`` logger output (``VERL_METRICS``, this run's steps) into ``METRICS``
+    (what the seed decides) and ``TIMING`` (``is_clock_metric``), one line ``{"step": N, ...}``
+    per step, keys sorted, floats at full precision (JSON's shortest round trip). A resumed run
+    keeps the lines of the earlier run before its own first step. Returns METRICS' lines by step."""
+    raw = out_dir / VERL_METRICS
+    if not raw.exists():
+        return {}
+    steps = {}
+    for line in raw.read_text().splitlines():
+        record = json.loads(line)
+        steps[int(record["step"])] = record["data"]
+    result = {}
+    for name, keep in ((METRICS, lambda key: not is_clock_metric(key)), (TIMING, is_clock_metric)):
+        path = out_dir / name
+        earlier = {}
+        if resumed and path.exists() and steps:
+            earlier = {line["step"]: line for line in map(json.loads, path.read_text().splitlines())
+                       if line["step"] < min(steps)}
+        lines = {**earlier, **{step: {"step": step, **{key: data[key] for key in sorted(data) if keep(key)}}
+                               for step, data in steps.items()}}
+        path.write_text("".join(json.dumps(lines[step]) + "\n" for step in sorted(lines)))
+        if name == METRICS:
+            result = lines
+    return result
+
+
 @dataclass
 class RunResult:
     """What one CPU run of verl showed: exit code, per-step metrics, the trace, the driver pid."""
@@ -251,6 +341,13 @@ class RunResult:
     timed_out: bool = False
     nodes: list = field(default_factory=list)  # cluster.NodeInfo of each Ray node (multi-node runs)
     node_of_pid: dict[int, str] = field(default_factory=dict)  # every actor's pid -> its Ray node id
+    digests: dict[int, str] = field(default_factory=dict)  # trainer step -> sha256 of the weights after it
+    metrics: dict[int, dict] = field(default_factory=dict)  # step -> metrics.jsonl's line (full precision)
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the actor's weights after the last step ('' if no server received any)."""
+        return self.digests[max(self.digests)] if self.digests else ""
 
     def read_step(self, line: str) -> Optional[tuple[int, dict[str, float]]]:
         """One line of verl's output: a step's metrics line is recorded (its metrics, and the pid of
@@ -269,12 +366,14 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
         loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None, multi_turn: bool = False,
         on_step: Optional[Callable[[int, dict[str, float]], None]] = None, nodes: int = 1,
         node_env: Optional[dict[int, dict[str, str]]] = None, extra_overrides: Sequence[str] = (),
-        extra_env: Optional[dict[str, str]] = None) -> RunResult:
+        extra_env: Optional[dict[str, str]] = None, save_every: Optional[int] = None, resume: bool = False
+        ) -> RunResult:
     """Run verl's ``main_ppo`` on the CPU; its whole log goes to ``out_dir/verl.log`` (and to stdout
     with ``echo``); ``on_step(step, metrics)`` is called as each step's console line arrives.
     One node: verl starts its Ray with ``RAY_TMPDIR`` a temporary directory of the run's own.
     ``nodes > 1``: on a ``cluster.LocalCluster`` of that many nodes (one rank each, ``node_env[i]``
-    added to node ``i``'s environment), started before verl and stopped after it, whatever happens."""
+    added to node ``i``'s environment), started before verl and stopped after it, whatever happens.
+    Every step's metrics end in ``out_dir/metrics.jsonl`` and ``timing.jsonl`` (``write_metrics``)."""
     if nodes == 1:
         # Ray's files (its sessions, the address file `ray status` and `auto` read) go to a directory of the
         # run's own, removed after it, not to the machine's shared /tmp/ray (under /tmp: Ray's socket paths are short)
@@ -282,23 +381,26 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
             os.makedirs(os.path.join(ray_tmp, "ray"))
             return _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir,
                         multi_turn, on_step, extra_overrides=extra_overrides,
-                        extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})})
+                        extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})}, save_every=save_every,
+                        resume=resume)
     env = trainer_environment(Path(out_dir).resolve(), ours)
     changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
     with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed, node_env=node_env) as ray_cluster:
         result = _run(estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers, assets_dir,
-                      multi_turn, on_step, nodes, ray_cluster.address, extra_overrides, extra_env)
+                      multi_turn, on_step, nodes, ray_cluster.address, extra_overrides, extra_env, save_every, resume)
         result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
     return result
 
 
 def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
-         on_step, nodes=1, address=None, extra_overrides=(), extra_env=None) -> RunResult:
+         on_step, nodes=1, address=None, extra_overrides=(), extra_env=None, save_every=None, resume=False
+         ) -> RunResult:
     out_dir = Path(out_dir).resolve()
     argv, env = command(estimator, out_dir, steps, legacy, ranks, seed, ours, loggers, assets_dir, multi_turn,
-                        nodes, address, extra_overrides, extra_env)
+                        nodes, address, extra_overrides, extra_env, save_every, resume)
     trace_path = Path(env[trace.TRACE_ENV])
     trace_path.unlink(missing_ok=True)
+    Path(env["VERL_FILE_LOGGER_PATH"]).unlink(missing_ok=True)
     result = RunResult(returncode=-1, log_path=out_dir / "verl.log")
     started = time.monotonic()
     # A session of its own, so a timeout also kills the Ray processes the trainer started.
@@ -332,4 +434,6 @@ def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, lo
     result.seconds = time.monotonic() - started
     if trace_path.exists():
         result.trace = trace_path.read_text().splitlines()
+    result.digests = weight_digests(result.trace)
+    result.metrics = write_metrics(out_dir, resume)
     return result

@@ -8,6 +8,7 @@ before its worker modules bind these names (the modules that bind one by name ar
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib
 import os
@@ -16,6 +17,9 @@ from verl_rfpp.cpu import trace
 from verl_rfpp.patching import Attribute, Internal, Patch, failures
 
 DISTRIBUTED = "verl.utils.distributed"
+AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
+LLM_SERVER = "verl.workers.rollout.llm_server"
+REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"
 FSDP_ENGINE = "verl.workers.engine.fsdp.transformer_impl"
 WORKER_LOSSES = "verl.workers.utils.losses"
 METRIC_UTILS = "verl.trainer.ppo.metric_utils"
@@ -41,6 +45,74 @@ def _unpinned(original):
         return original(*args, pin_memory=False, **kwargs)
 
     return policy
+
+
+# The identity of the agent-loop session running in this asyncio task (its sample and session), so
+# the hf_cpu server's sampling depends on it alone (docs/cpu-backend.md, "Same seed, same run").
+SESSION = contextvars.ContextVar("verl_rfpp_cpu_session", default=None)
+
+
+def _plain(value) -> str:
+    try:
+        return str(int(value))  # a tensor or numpy scalar in verl's batches
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _identified_sessions(original):
+    # verl's agent-loop worker runs each session (a prompt's sample) as a task; verl 0.9.1's v1
+    # trainer gives every request of a step the same id (``det-0``: no per-row priority on that
+    # path) and the legacy one a per-row id, so the session's identity is taken here: the trainer
+    # step, the prompt's dataset index, its sample number (legacy) and session id (v1).
+    @functools.wraps(original)
+    async def run_agent_loop(self, sampling_params, trajectory, *args, **kwargs):
+        identity = "-".join(_plain(part) for part in (
+            "val" if trajectory.get("validate") else "train", trajectory.get("step"), trajectory.get("sample_index"),
+            trajectory.get("rollout_n"), kwargs.get("session_id", 0)))
+        token = SESSION.set(identity)
+        try:
+            return await original(self, sampling_params, trajectory, *args, **kwargs)
+        finally:
+            SESSION.reset(token)
+
+    return run_agent_loop
+
+
+def _session_request_ids(original):
+    # verl's client names the request its server sees (``_vllm_request_id``: a fresh uuid, or
+    # verl's own id under full_determinism); for the hf_cpu server, the session's identity.
+    @functools.wraps(original)
+    def request_id(self, request_id):
+        session = SESSION.get()
+        if session is None or self.config.actor_rollout_ref.rollout.name != "hf_cpu":
+            return original(self, request_id)
+        return session
+
+    return request_id
+
+
+def _rows_in_prompt_order(original):
+    # verl 0.9.1's v1 trainer takes a step's rows from TransferQueue in the order the sessions
+    # finished (the replay buffer's metadata is filled as they arrive), so the order of the sums
+    # over rows (gradients, advantages' statistics) changed from run to run. Here the rows are put
+    # in the prompts' dataset order (``extra_info.index``), then session, then output, whatever
+    # the arrival order; the prompt uids, random per run, are not used.
+    @functools.wraps(original)
+    def materialize_batch(self, partition_id, *args, **kwargs):
+        import dataclasses
+
+        import transfer_queue as tq
+
+        batch = original(self, partition_id, *args, **kwargs)
+        if not batch.keys:
+            return batch
+        index = tq.kv_batch_get(keys=batch.keys, partition_id=partition_id, select_fields=["index"])["index"]
+        session_and_output = [tuple(int(part) for part in key.rsplit("_", 2)[1:]) for key in batch.keys]
+        order = sorted(range(len(batch.keys)), key=lambda row: (int(index[row]), session_and_output[row]))
+        return dataclasses.replace(batch, keys=[batch.keys[row] for row in order],
+                                   tags=[batch.tags[row] for row in order])
+
+    return materialize_batch
 
 
 ADV_STD_METRIC = "cpu/advantages_std"
@@ -113,6 +185,17 @@ TABLE: tuple[Patch, ...] = (
           EVERY_RUN + " (adds one metric)",
           ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.trainer_base",
            "verl.experimental.separation.ray_trainer")),
+    Patch("CPU backend: agent-loop session identity", AGENT_LOOP, Attribute("AgentLoopWorker._run_agent_loop"),
+          _identified_sessions, (Internal(AGENT_LOOP, "AgentLoopWorker._run_agent_loop",
+                                          ("self", "sampling_params", "trajectory")),),
+          EVERY_RUN + " (sets a context variable only)"),
+    Patch("CPU backend: hf_cpu request ids", LLM_SERVER, Attribute("LLMServerClient._vllm_request_id"),
+          _session_request_ids, (Internal(LLM_SERVER, "LLMServerClient._vllm_request_id", ("self", "request_id")),),
+          "none: other rollouts' request ids are verl's"),
+    Patch("CPU backend: v1 batch rows in prompt order", REPLAY_BUFFER, Attribute("ReplayBuffer._materialize_batch"),
+          _rows_in_prompt_order, (Internal(REPLAY_BUFFER, "ReplayBuffer._materialize_batch",
+                                           ("self", "partition_id", "selected_prompt_uids")),),
+          EVERY_RUN + " (orders a step's rows; the same rows)"),
 )
 
 

@@ -1,9 +1,14 @@
 """A token-in/token-out rollout backend around transformers ``generate`` (CPU), registered as
 ``actor_rollout_ref.rollout.name=hf_cpu``: a ``RolloutReplica`` that starts one server actor, the
-server actor, and the worker-side adapter that pushes the actor's weights to it after each update."""
+server actor, and the worker-side adapter that pushes the actor's weights to it after each update.
+
+Each request samples from a random stream of its own, seeded from the run's seed, the trainer step
+of the loaded weights, the request's id and its turn (``request_seed``), never from the order in
+which requests arrive (docs/cpu-backend.md, "Same seed, same run")."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from typing import Any, Generator, Optional
@@ -25,6 +30,26 @@ def server_name(replica_rank: int) -> str:
     return f"rfpp_hf_cpu_server_{replica_rank}_{ray.get_runtime_context().get_job_id()}"
 
 
+def request_seed(seed: int, global_steps: int, request_id: str, turn: int) -> int:
+    """The seed of one request's sampling: a function of the run's seed and the request's identity
+    only. The request id is its agent-loop session's identity (``patches._identified_sessions``:
+    step, the prompt's dataset index, sample and session); a session's turns share it, so ``turn``
+    (0, 1, ... in the order the session sends them) tells them apart."""
+    key = f"{seed}:{global_steps}:{request_id}:{turn}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1)
+
+
+def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
+    """sha256 over the parameters in name order (each name, dtype, shape and raw bytes): equal
+    digests mean bit-identical weights."""
+    digest = hashlib.sha256()
+    for name in sorted(state_dict):
+        tensor = state_dict[name].detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
 class HFRolloutServer:
     """Holds a transformers causal LM and samples from it; weights arrive through ``load_weights``."""
 
@@ -33,12 +58,14 @@ class HFRolloutServer:
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
+        self.seed = seed
         self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32,
                                                           attn_implementation="sdpa").eval()
         self.prompt_length, self.response_length = prompt_length, response_length
         # multi-turn: one assistant turn may not fill the whole response, or no tool turn fits
         self.turn_tokens = turn_tokens or response_length
         self.global_steps = 0  # the trainer step whose weights are loaded (verl's staleness metrics)
+        self.turns: dict[str, int] = {}  # request id -> turns sampled under the loaded weights
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], global_steps: Optional[int] = None) -> int:
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
@@ -47,9 +74,11 @@ class HFRolloutServer:
             raise RuntimeError(f"weight sync mismatch: missing {real_missing}, unexpected {unexpected}")
         if global_steps is not None:
             self.global_steps = global_steps
+        self.turns = {}
         if os.environ.get(trace.TRACE_ENV):
             checksum = sum(float(t.double().abs().sum()) for t in state_dict.values())
-            trace.write("weights", global_steps=self.global_steps, abs_sum=f"{checksum:.12g}")
+            trace.write("weights", global_steps=self.global_steps, abs_sum=f"{checksum:.12g}",
+                        sha256=weights_digest(state_dict))
         return self.global_steps
 
     def next_token_probs(self, prompts: list[list[int]]) -> tuple[int, list[list[float]]]:
@@ -72,7 +101,13 @@ class HFRolloutServer:
         if temperature > 0:
             generation.update(temperature=temperature, top_p=float(params.get("top_p", 1.0)),
                               top_k=int(params.get("top_k", 0)) if int(params.get("top_k", -1)) > 0 else 0)
-        with torch.no_grad():
+        turn = self.turns.get(request_id, 0)
+        self.turns[request_id] = turn + 1
+        # transformers' generate draws from torch's default generator: seeded per request and
+        # restored after. No other request draws in between: generate runs to its end on the
+        # actor's one event-loop thread (no await inside).
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(request_seed(self.seed, self.global_steps, request_id, turn))
             out = self.model.generate(input_ids=torch.tensor([prompt_ids]), **generation)
         tokens = out.sequences[0, len(prompt_ids):].tolist()
         if eos in tokens:

@@ -62,7 +62,8 @@ def run_one(method: Method, seed: int, steps: int, lr: float, out: Path, noise_s
         raise CurvesError(f"{method.label} lr {lr:g} seed {seed}: the probe's metrics {missing} are not in "
                           f"tensorboard; see {result.log_path}")
     record = {"method": asdict(method), "seed": seed, "steps": steps, "lr": lr, "noise_std": noise_std,
-              "seconds": round(result.seconds, 1), "proof": proof(method, result.trace, steps), "metrics": metrics}
+              "seconds": round(result.seconds, 1), "weights_sha256": result.digest,
+              "proof": proof(method, result.trace, steps), "metrics": metrics}
     done.write_text(json.dumps(record))
     return record
 

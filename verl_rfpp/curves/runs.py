@@ -87,6 +87,7 @@ def run_one(method: Method, seed: int, steps: int, out: Path, timeout: float) ->
                           f"{len(result.steps)}/{steps} steps; see {result.log_path}")
     metrics = read_events(directory / "tensorboard")
     record = {"method": asdict(method), "seed": seed, "steps": steps, "seconds": round(result.seconds, 1),
+              "weights_sha256": result.digest,
               "proof": proof(method, result.trace, steps), "metrics": metrics}
     done.write_text(json.dumps(record))
     return record
