@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +21,7 @@ from importlib import metadata
 import psutil
 import pytest
 from composed import compose
-from hypothesis import given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from verl_rfpp import cli, cluster_doctor, validation
@@ -139,10 +140,22 @@ ADDRESS = st.one_of(
 )
 
 
+def _numeric_only(host, port, *args, **kwargs):
+    """The real ``getaddrinfo`` (its idna encoding and argument checks, where UnicodeError and
+    ValueError come from) with ``AI_NUMERICHOST``: IP literals resolve, a name is gaierror, and no
+    query leaves this machine."""
+    return _GETADDRINFO(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+
+
+_GETADDRINFO = socket.getaddrinfo
+
+
 def _resolved_or_refused(text: str, address: str = None) -> None:
     started = time.monotonic()
     try:
-        found = cluster_doctor.resolve(address or text)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(cluster_doctor.socket, "getaddrinfo", _numeric_only)
+            found = cluster_doctor.resolve(address or text)
     except cluster_doctor.AddressError as error:
         message = str(error)
         assert "\n" not in message and message.startswith(f"verl-rfpp doctor --ray {address or text!r}: ")
@@ -157,13 +170,15 @@ def _resolved_or_refused(text: str, address: str = None) -> None:
 @settings(max_examples=150, deadline=None)
 @given(address=ADDRESS)
 def test_any_address_string_resolves_or_is_one_line(address):
-    """Only the syntax and the name lookup (``resolve``): nothing connects anywhere."""
+    """Only the syntax and a numeric-only lookup (``resolve``): nothing connects anywhere."""
     _resolved_or_refused(address)
 
 
 @settings(max_examples=50, deadline=None)
 @given(address=ADDRESS)
+@example(address="0\n0")  # RAY_ADDRESS was printed as given: a two-line refusal
 def test_any_ray_address_with_auto_resolves_or_is_one_line(address):
+    assume("\x00" not in address)  # no environment variable can hold a NUL byte
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAY_ADDRESS", address)
         _resolved_or_refused(address, "auto")

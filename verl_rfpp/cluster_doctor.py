@@ -72,7 +72,7 @@ def resolve(address: str) -> Optional[tuple[str, int, str, str]]:
     target, named = address.strip(), ""
     if target == "auto" and os.environ.get("RAY_ADDRESS", "").strip():
         target = os.environ["RAY_ADDRESS"].strip()
-        named = f" (RAY_ADDRESS={target})"
+        named = f" (RAY_ADDRESS={target if target.isprintable() else repr(target)})"  # one line, always
     if target == "auto":
         return None
     if not target:
