@@ -2,7 +2,8 @@
 verl's own example scripts (tests/scripts/, copied from verl's repository), the project's
 examples/, and scripts of the same shapes. For each: the first verdict and its rule ids, the
 printed Fix: command, and that command checked again: OK, with the KL the script had still on
-(in the method's form, with the script's coefficient). Real bash, real Hydra composition."""
+(in the method's form, with the script's coefficient). Scripts are read, never run
+(verl_rfpp.scripts); real Hydra composition."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from omegaconf import OmegaConf
 from verl_rfpp import cli, scripts, validation
 from verl_rfpp.plugin.compose import compose_verl_config
 
-pytestmark = pytest.mark.slow  # runs launch scripts (bash) with stand-ins
+pytestmark = pytest.mark.slow  # composes verl's config twice per case
 
 HERE = Path(__file__).resolve().parent
 VERL_SCRIPTS = HERE / "scripts"
@@ -32,7 +33,8 @@ def _check(capsys, *arguments):
 
 def _run_config(script, arguments):
     """The config the script runs with ``arguments`` (read as check reads it)."""
-    run = scripts.parse_main_ppo(scripts.record_launch(Path(script), arguments).arguments)
+    launch, = scripts.read_script(Path(script), arguments).launches
+    run = scripts.parse_main_ppo(launch.arguments)
     return compose_verl_config(run.overrides, run.config_path, run.config_name)
 
 
@@ -96,10 +98,10 @@ RECIPE = " ".join(validation.RECIPES[BASELINE])
     "torchrun --nproc_per_node=1 -m verl.trainer.main_ppo",
     "ray job submit --address=x -- python3 -m verl.trainer.main_ppo",
 ])
-def test_every_launcher_is_read_and_nothing_runs_past_the_call(launcher, capsys, tmp_path, monkeypatch):
+def test_every_launcher_is_read_and_nothing_runs(launcher, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    marker = tmp_path / "ran-past-the-call"
-    path = _script(tmp_path, f'python3 -c "raise SystemExit(3)" && true\n{launcher} {RECIPE} "$@"\ntouch {marker}\n')
+    marker = tmp_path / "ran"
+    path = _script(tmp_path, f'touch {marker}\n{launcher} {RECIPE} "$@"\ntouch {marker}\n')
     code, out = _check(capsys, path, "actor_rollout_ref.rollout.n=1")
     assert code == 1 and "[6.2.1] actor_rollout_ref.rollout.n = 1" in out, out
     assert not marker.exists()
@@ -107,13 +109,24 @@ def test_every_launcher_is_read_and_nothing_runs_past_the_call(launcher, capsys,
         f"Fix: bash {path} actor_rollout_ref.rollout.n=1 actor_rollout_ref.rollout.n=8")
 
 
-def test_a_script_that_launches_nothing_or_several_runs_is_named_exit_2(capsys, tmp_path, monkeypatch):
+def test_a_script_that_launches_nothing_is_named_exit_2(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, out = _check(capsys, _script(tmp_path, "echo preparing data\n", "nothing.sh"))
+    code, out = _check(capsys, _script(tmp_path, "echo python3 -m verl.trainer.main_ppo\n", "nothing.sh"))
     assert code == 2 and "launches no run" in out and "verl.trainer.main_ppo" in out
-    two = f"python3 -m verl.trainer.main_ppo {RECIPE}\npython3 -m verl.trainer.main_ppo {RECIPE} trainer.seed=2\n"
-    code, out = _check(capsys, _script(tmp_path, two, "two.sh"))
-    assert code == 2 and "2 lines that start verl.trainer.main_ppo: several runs" in out
+
+
+def test_every_run_of_a_script_gets_its_own_verdict_and_the_worst_exit(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    body = (f"for n in 8 1; do\n  python3 -m verl.trainer.main_ppo {RECIPE} actor_rollout_ref.rollout.n=$n\ndone\n"
+            f"python3 -m verl.trainer.main_ppo {RECIPE} && python3 -m verl.trainer.main_ppo {RECIPE} algorithm.gamma=2\n")
+    path = _script(tmp_path, body, "runs.sh")
+    code, out = _check(capsys, path)
+    headers = [line for line in out.splitlines() if line.startswith("run ")]
+    assert code == 1 and headers == [f"run {k} of 4 ({path}:{line}): python3 -m verl.trainer.main_ppo"
+                                     for k, line in ((1, 3), (2, 3), (3, 5), (4, 5))], out
+    blocks = out.split("\nrun ")
+    assert "OK: this config runs" in blocks[0] and "[6.2.1]" in blocks[1] and "OK" in blocks[2]
+    assert "[6.2.10]" in blocks[3]
 
 
 def test_a_script_that_does_not_pass_its_arguments_on_says_so(capsys, tmp_path, monkeypatch):
@@ -121,7 +134,7 @@ def test_a_script_that_does_not_pass_its_arguments_on_says_so(capsys, tmp_path, 
     path = _script(tmp_path, f"python3 -m verl.trainer.main_ppo {RECIPE} actor_rollout_ref.actor.kl_loss_coef=-1\n")
     code, out = _check(capsys, path)
     lines = out.strip().splitlines()
-    assert code == 1 and "does not pass its own arguments on to main_ppo" in lines[-2]
+    assert code == 1 and "does not pass its own arguments on to main_ppo" in lines[-2], out
     assert lines[-1] == f"Fix: bash {path} actor_rollout_ref.actor.kl_loss_coef=0.01"
 
 
