@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -160,24 +161,25 @@ def _answer(reader: shell.Shell, command: shell.Command, launches: list) -> shel
     where = f"line {command.line}"
     if found is None:
         if any(MAIN_PPO in word or MAIN_PPO_FILE in word for word in words[1:]):
-            raise shell.ReadError(command.line, " ".join(words)[:80], "this command starts main_ppo in a way "
-                                  "check cannot read (inside a string another program runs)")
+            raise shell.ReadError(command.line, reader.shown(" ".join(words))[:80], "this command starts main_ppo in "
+                                  "a way check cannot read (inside a string another program runs)")
         name = os.path.basename(words[0])
         if _PYTHON.fullmatch(name) and "-c" in words and "torch_npu" in " ".join(words):
-            reader.assumptions.append(f"{reader.script.name}:{command.line}: `{' '.join(words)[:60]}` fails "
+            reader.assumptions.append(f"{reader.script.name}:{command.line}: `{shlex.join(words)[:60]}` fails "
                                       "(a Linux machine with NVIDIA GPUs: no torch_npu)")
             return shell.Answer(1, "")
         return shell.Answer(None, None)
     index, launcher = found
     if command.stdin_fed:
-        raise shell.ReadError(command.line, " ".join(words)[:80], "main_ppo is fed a here-document")
-    if reader.is_unknown(" ".join(words[:index])):
-        raise shell.ReadError(command.line, " ".join(words)[:80], "the command that starts main_ppo is not known")
+        raise shell.ReadError(command.line, reader.shown(" ".join(words))[:80], "main_ppo is fed a here-document")
+    if reader.is_unknown(words[0]):
+        raise shell.ReadError(command.line, reader.shown(" ".join(words))[:80], "the program that starts main_ppo "
+                              "is not known")
     interpreter = next((w for w in words[:index] if _PYTHON.fullmatch(os.path.basename(w))), None)
     if interpreter and ("/" in interpreter or "VIRTUAL_ENV" in command.environment):
         reader.assumptions.append(f"{reader.script.name}:{command.line}: {interpreter} is assumed to have the "
                                   f"verl and verl-rfpp this check uses ({where} is not run)")
-    launches.append((tuple(words[index:]), command.line, launcher, dict(command.environment)))
+    launches.append((tuple(words[index:]), command.line, reader.shown(launcher), dict(command.environment)))
     return shell.Answer(0, "")
 
 

@@ -133,6 +133,12 @@ class Shell:
         self.unknowns[marker] = (_line(node), what or _construct(node))
         return marker
 
+    def shown(self, text: str) -> str:
+        """``text`` with each marker written as the construct it stands for."""
+        for marker, (_, construct) in self.unknowns.items():
+            text = text.replace(marker, construct)
+        return text
+
     def is_unknown(self, text: str) -> bool:
         return any(marker in text for marker in self.unknowns)
 
@@ -601,7 +607,7 @@ class Shell:
         is_set = self._is_set(target)
         if operator in ("/", "//", "/#", "/%"):
             return [(self._substitution(value, operator, operands), not quoted)]
-        word = "".join(t for op in operands for t, _ in _pieces(self._chunks(op, True)))
+        word = "".join(t for op in operands if op.is_named for t, _ in _pieces(self._chunks(op, True)))
         if operator in (":-", "-", ":=", "=", ":+", "+", ":?", "?"):
             missing = not is_set or (operator.startswith(":") and value == "")
             if operator.endswith("+"):
