@@ -117,8 +117,9 @@ def test_a_script_that_launches_nothing_is_named_exit_2(capsys, tmp_path, monkey
 
 def test_every_run_of_a_script_gets_its_own_verdict_and_the_worst_exit(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    body = (f"for n in 8 1; do\n  python3 -m verl.trainer.main_ppo {RECIPE} actor_rollout_ref.rollout.n=$n\ndone\n"
-            f"python3 -m verl.trainer.main_ppo {RECIPE} && python3 -m verl.trainer.main_ppo {RECIPE} algorithm.gamma=2\n")
+    launch = f"python3 -m verl.trainer.main_ppo {RECIPE}"
+    body = (f"for n in 8 1; do\n  {launch} actor_rollout_ref.rollout.n=$n\ndone\n"
+            f"{launch} && {launch} algorithm.gamma=2\n")
     path = _script(tmp_path, body, "runs.sh")
     code, out = _check(capsys, path)
     headers = [line for line in out.splitlines() if line.startswith("run ")]

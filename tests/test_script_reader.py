@@ -60,7 +60,8 @@ def test_an_unquoted_variable_splits_on_blanks_and_a_quoted_one_does_not(tmp_pat
     ("${X:-d}", {}, "d"), ("${X:-d}", {"X": ""}, "d"), ("${X-d}", {"X": ""}, ""), ("${X:-d}", {"X": "v"}, "v"),
     ("${X:+alt}", {"X": "v"}, "alt"), ("${X:+alt}", {}, ""), ("${#X}", {"X": "four"}, "4"),
     ("${X%.*}", {"X": "a.b.c"}, "a.b"), ("${X%%.*}", {"X": "a.b.c"}, "a"), ("${X#*/}", {"X": "a/b/c"}, "b/c"),
-    ("${X##*/}", {"X": "a/b/c"}, "c"), ("${X//a/b}", {"X": "banana"}, "bbnbnb"), ("${X/a/b}", {"X": "banana"}, "bbnana"),
+    ("${X##*/}", {"X": "a/b/c"}, "c"), ("${X//a/b}", {"X": "banana"}, "bbnbnb"),
+    ("${X/a/b}", {"X": "banana"}, "bbnana"),
     ("${X,,}", {"X": "Qwen"}, "qwen"), ("${X^^}", {"X": "qwen"}, "QWEN"), ("${X:1:2}", {"X": "abcd"}, "bc"),
     ("$((2 * (3 + X) / 2 - 7 % 4))", {"X": "1"}, "1"), ("${HOME}/d", {"HOME": "/h"}, "/h/d"),
 ])
