@@ -177,3 +177,40 @@ def test_another_hydra_option_is_not_one_runs_config(capsys, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     code, out = _check(capsys, _script(tmp_path, f"python3 -m verl.trainer.main_ppo --multirun {RECIPE}\n"))
     assert code == 2 and "'--multirun' is not one run's config" in out
+
+
+def test_the_scripts_own_options_and_positional_arguments_are_its_own(capsys, tmp_path, monkeypatch):
+    """Every word after SCRIPT is the script's ($1, "$@"), options included; no hidden argument reaches $1."""
+    monkeypatch.chdir(tmp_path)
+    body = ('ENGINE=${1:-vllm}\nshift || true\nwhile [[ $# -gt 0 ]]; do\n  case "$1" in\n'
+            '    --n) N="$2"; shift 2 ;;\n    *) break ;;\n  esac\ndone\n'
+            f'python3 -m verl.trainer.main_ppo {RECIPE} actor_rollout_ref.rollout.name=$ENGINE '
+            'actor_rollout_ref.rollout.n=${N:-8} "$@"\n')
+    path = _script(tmp_path, body)
+    code, out = _check(capsys, path, "sglang", "--n", "1", "trainer.seed=3")
+    assert code == 1 and "[6.2.1] actor_rollout_ref.rollout.n = 1" in out, out
+    assert out.strip().splitlines()[-1] == (
+        f"Fix: bash {path} sglang --n 1 trainer.seed=3 actor_rollout_ref.rollout.n=8")
+    code, out = _check(capsys, path, "sglang", "--n", "1", "trainer.seed=3", "actor_rollout_ref.rollout.n=8")
+    assert code == 0 and "OK: this config runs" in out, out
+    code, out = _check(capsys, path)
+    assert code == 0, out
+
+
+def test_the_scripts_exports_decide_what_verl_loads(capsys, tmp_path, monkeypatch):
+    """contract 6.5: an export that excludes the plugin is a refusal naming its line; a user's estimator
+    registered by the script's own modules (VERL_USE_EXTERNAL_MODULES) is not read as a misspelling."""
+    monkeypatch.chdir(tmp_path)
+    path = _script(tmp_path, f"export VERL_USE_EXTERNAL_PLUGINS=none\npython3 -m verl.trainer.main_ppo {RECIPE}\n")
+    code, out = _check(capsys, path)
+    assert code == 1 and "excluded by VERL_USE_EXTERNAL_PLUGINS='none'" in out, out
+    assert f"VERL_USE_EXTERNAL_PLUGINS='none' ({path}:3)" in out
+    (tmp_path / "my_estimator.py").write_text(
+        "from verl.trainer.ppo.core_algos import register_adv_est\n\n"
+        "@register_adv_est('reinforce_plus_plus_baselin')\ndef mine(*args, **kwargs):\n    raise NotImplementedError\n")
+    body = (f"export PYTHONPATH={tmp_path}\nexport VERL_USE_EXTERNAL_MODULES=my_estimator\n"
+            f"python3 -m verl.trainer.main_ppo {RECIPE} algorithm.adv_estimator=reinforce_plus_plus_baselin\n")
+    code, out = _check(capsys, _script(tmp_path, body, "mine.sh"))
+    assert code == 0 and "not a verl-rfpp estimator" in out, out
+    code, out = _check(capsys, "algorithm.adv_estimator=reinforce_plus_plus_baselin", *validation.RECIPES[BASELINE])
+    assert code == 1 and "did you mean" in out  # the same name without the script's modules

@@ -101,7 +101,7 @@ def is_script(word: str) -> bool:
                           f"check -cp DIR -cn NAME)")
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if lines and all(re.fullmatch(r"[+~]*[\w.@/-]+=\S*", line) for line in lines) and not text.startswith("#!"):
-        raise ScriptError(f"{word} is a list of overrides, not a script; pass them as arguments: "
+        raise ScriptError(f"{word} is a list of overrides, not a script; {takes}: pass them as arguments, "
                           f"verl-rfpp check $(cat {word})")
     if not text.startswith("#!") and path.suffix not in (".sh", ".bash") and not _SHELL_SYNTAX.search(text):
         raise ScriptError(f"{word} does not read as a bash script (no #! line, no .sh name, no shell syntax); "

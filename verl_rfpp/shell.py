@@ -24,6 +24,7 @@ import tree_sitter_bash
 _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 _FIRST_MARKER = 0xF0000  # Unicode's private-use plane 15: never in a script's own text
 _IFS = " \t\n"
+LOOP_LIMIT = 10000
 _BREAK = object()  # between the fields of "$@"
 Status = Optional[int]  # None: not known without running the command
 Value = "str | list"
@@ -323,6 +324,11 @@ class Shell:
         words = self._fields(values) if values else list(self.positional)
         body = node.child_by_field_name("body")
         if any(self.is_unknown(word) for word in words) and not _inert(body, self.functions):
+            statements = [child for child in body.named_children if child.type != "comment"]
+            if statements and all(child.type == "unset_command" for child in statements):
+                self.note(node, "unsets variables named by output check does not have; the variables that decide "
+                                "what verl loads are assumed not among them")
+                return 0
             raise ReadError(_line(node), _construct(node), "the words of this loop are not known")
         for word in words:
             self._set(name, word, node)
@@ -334,12 +340,33 @@ class Shell:
         return self.status
 
     def _do_while_statement(self, node) -> Status:
+        """``while``/``until`` on tests it knows (an argument-parsing loop), at most ``LOOP_LIMIT`` times."""
+        until = node.children[0].type == "until"
+        body = next(child for child in node.named_children if child.type == "do_group")
+        conditions = [child for child in node.named_children if child.type not in ("do_group", "comment")]
+        for _ in range(LOOP_LIMIT):
+            status = None
+            for condition in conditions:
+                status = self._statement(condition)
+            if status is None:
+                if _inert(node, self.functions):
+                    return 0
+                raise ReadError(_line(node), _construct(node), "this loop's test is not known without running "
+                                "something, and its body changes what the script runs")
+            if (status == 0) == until:
+                return 0
+            try:
+                self._block(body.children)
+            except _LoopControl as control:
+                if control.kind == "break":
+                    return 0
+        raise ReadError(_line(node), _construct(node), f"this loop does not end within {LOOP_LIMIT} rounds")
+
+    def _do_c_style_for_statement(self, node) -> Status:
         if _inert(node, self.functions):
             return 0
-        raise ReadError(_line(node), _construct(node), "check does not evaluate while/until loops that change "
+        raise ReadError(_line(node), _construct(node), "check does not evaluate C-style for loops that change "
                         "what the script runs")
-
-    _do_c_style_for_statement = _do_while_statement
 
     def _do_test_command(self, node) -> Status:
         expression = [child for child in node.named_children]
@@ -1086,6 +1113,16 @@ def _loop(shell: Shell, fields: list, node) -> Status:
     raise _LoopControl(fields[0])
 
 
+def _eval(shell: Shell, fields: list, node) -> Status:
+    """``eval "$(conda shell.bash hook)"`` defines conda's shell functions; any other eval is refused."""
+    constructs = [shell.unknowns.get(word, (0, ""))[1] for word in fields[1:]]
+    if len(constructs) == 1 and re.fullmatch(r"\$\(\S*conda shell\.\w+ hook\)", constructs[0]):
+        shell.note(node, "defines conda's shell functions (not run); a `conda activate` is assumed to give a "
+                         "python with the verl and verl-rfpp this check uses")
+        return 0
+    return _refuse(shell, fields, node)
+
+
 def _refuse(shell: Shell, fields: list, node) -> Status:
     raise ReadError(_line(node), _construct(node), f"check does not run or read what `{fields[0]}` runs")
 
@@ -1163,7 +1200,7 @@ def _quiet(shell: Shell, fields: list, node) -> Status:
 _BUILTINS: dict = {
     "echo": _echo, "printf": _printf, "true": _status(0), ":": _status(0), "false": _status(1), "cd": _cd,
     "pwd": _pwd, "basename": _basename, "dirname": _dirname, "shift": _shift, "set": _set, "exit": _exit,
-    "return": _exit, "break": _loop, "continue": _loop, "source": _source, ".": _source, "eval": _refuse,
+    "return": _exit, "break": _loop, "continue": _loop, "source": _source, ".": _source, "eval": _eval,
     "exec": _exec, "env": _env, "test": _test_builtin, "[": _test_builtin, "trap": _quiet, "shopt": _quiet,
     "ulimit": _quiet, "umask": _quiet, "hash": _quiet, "wait": _quiet, "alias": _refuse, "let": _refuse,
     "read": _refuse, "mapfile": _refuse, "readarray": _refuse, "pushd": _refuse, "popd": _refuse,
