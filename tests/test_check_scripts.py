@@ -187,11 +187,11 @@ def test_the_scripts_own_options_and_positional_arguments_are_its_own(capsys, tm
             f'python3 -m verl.trainer.main_ppo {RECIPE} actor_rollout_ref.rollout.name=$ENGINE '
             'actor_rollout_ref.rollout.n=${N:-8} "$@"\n')
     path = _script(tmp_path, body)
-    code, out = _check(capsys, path, "sglang", "--n", "1", "trainer.seed=3")
+    code, out = _check(capsys, path, "sglang", "--n", "1", "trainer.total_epochs=3")
     assert code == 1 and "[6.2.1] actor_rollout_ref.rollout.n = 1" in out, out
     assert out.strip().splitlines()[-1] == (
-        f"Fix: bash {path} sglang --n 1 trainer.seed=3 actor_rollout_ref.rollout.n=8")
-    code, out = _check(capsys, path, "sglang", "--n", "1", "trainer.seed=3", "actor_rollout_ref.rollout.n=8")
+        f"Fix: bash {path} sglang --n 1 trainer.total_epochs=3 actor_rollout_ref.rollout.n=8")
+    code, out = _check(capsys, path, "sglang", "--n", "1", "trainer.total_epochs=3", "actor_rollout_ref.rollout.n=8")
     assert code == 0 and "OK: this config runs" in out, out
     code, out = _check(capsys, path)
     assert code == 0, out
@@ -204,7 +204,7 @@ def test_the_scripts_exports_decide_what_verl_loads(capsys, tmp_path, monkeypatc
     path = _script(tmp_path, f"export VERL_USE_EXTERNAL_PLUGINS=none\npython3 -m verl.trainer.main_ppo {RECIPE}\n")
     code, out = _check(capsys, path)
     assert code == 1 and "excluded by VERL_USE_EXTERNAL_PLUGINS='none'" in out, out
-    assert f"VERL_USE_EXTERNAL_PLUGINS='none' ({path}:3)" in out
+    assert f"VERL_USE_EXTERNAL_PLUGINS='none' ({path}:2)" in out
     (tmp_path / "my_estimator.py").write_text(
         "from verl.trainer.ppo.core_algos import register_adv_est\n\n"
         "@register_adv_est('reinforce_plus_plus_baselin')\ndef mine(*args, **kwargs):\n    raise NotImplementedError\n")
@@ -212,5 +212,5 @@ def test_the_scripts_exports_decide_what_verl_loads(capsys, tmp_path, monkeypatc
             f"python3 -m verl.trainer.main_ppo {RECIPE} algorithm.adv_estimator=reinforce_plus_plus_baselin\n")
     code, out = _check(capsys, _script(tmp_path, body, "mine.sh"))
     assert code == 0 and "not a verl-rfpp estimator" in out, out
-    code, out = _check(capsys, "algorithm.adv_estimator=reinforce_plus_plus_baselin", *validation.RECIPES[BASELINE])
+    code, out = _check(capsys, *validation.RECIPES[BASELINE], "algorithm.adv_estimator=reinforce_plus_plus_baselin")
     assert code == 1 and "did you mean" in out  # the same name without the script's modules
