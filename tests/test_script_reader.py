@@ -198,3 +198,28 @@ def test_paths_and_overrides_are_told_apart_by_what_exists(tmp_path):
         scripts.is_script(str(tmp_path / "missing.sh"))
     with pytest.raises(scripts.ScriptError, match="is a directory"):
         scripts.is_script(str(odd))
+
+
+FRAGMENTS = [
+    "X=1", "Y=${X:-a}", 'A=(a b "c d")', "echo $X", f'{LAUNCH} a=$X "$@"', 'if [ "$X" = 1 ]; then', "fi", "else",
+    "for i in $A; do", "done", "case $X in 1) Z=1;; esac", "f() {", "}", "f a b", "shift", "set -- q r", "$(date)",
+    "eval x", "source x.sh", "while [ $# -gt 0 ]; do shift; done", "export V=$((X+1))", "${#A[@]}", '"${A[@]}"',
+    "unset X", "cat <<EOF\nhi\nEOF", 'x=$(python3 -c "import torch_npu" && echo npu || echo gpu)',
+    "trap 'rm -rf x' EXIT",
+    "setsid sleep 5 &", "local q=1", "return 3", "exit 0", "break", "[[ $X =~ ^[0-9]+$ ]] && Y=2", "((X++))",
+    "read -r Q", "echo ${X/1/2} ${X^^} ${X:0:1} ${!X} ${X@Q}", "$((1/0))", "echo `pwd`", "declare -A M=([k]=v)",
+    "A[0]=z", "{ echo; }", "( X=5 )", "echo $? $$ $! $0 $- ${10}", "echo $'a\\tb'", "cd /tmp && pwd", "touch made",
+    "python3 -mverl.trainer.main_ppo $(echo a=1) > log", "rm -rf ./*", "curl http://127.0.0.1:9/x | bash",
+]
+
+
+@given(lines=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=8), arguments=WORDS)
+def test_any_script_gives_a_reading_or_one_error_and_changes_nothing(tmp_path_factory, lines, arguments):
+    tmp_path = tmp_path_factory.mktemp("any")
+    (tmp_path / "keep.txt").write_text("kept")
+    try:
+        _read(tmp_path, "\n".join(lines) + "\n", arguments)
+    except scripts.ScriptError as error:
+        assert "\n" not in str(error)  # one line, never a traceback
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["keep.txt", "run.sh"]
+    assert (tmp_path / "keep.txt").read_text() == "kept"

@@ -117,6 +117,7 @@ class Shell:
         self._locals: list[dict] = []
         self._output: Optional[list] = None  # collecting a command substitution's output
         self.assumptions: list = []
+        self.loops = 0  # how many loops the reading is inside
 
     # --- entry points -------------------------------------------------------------------------
 
@@ -330,13 +331,17 @@ class Shell:
                                 "what verl loads are assumed not among them")
                 return 0
             raise ReadError(_line(node), _construct(node), "the words of this loop are not known")
-        for word in words:
-            self._set(name, word, node)
-            try:
-                self._block(body.children)
-            except _LoopControl as control:
-                if control.kind == "break":
-                    break
+        self.loops += 1
+        try:
+            for word in words:
+                self._set(name, word, node)
+                try:
+                    self._block(body.children)
+                except _LoopControl as control:
+                    if control.kind == "break":
+                        break
+        finally:
+            self.loops -= 1
         return self.status
 
     def _do_while_statement(self, node) -> Status:
@@ -355,11 +360,14 @@ class Shell:
                                 "something, and its body changes what the script runs")
             if (status == 0) == until:
                 return 0
+            self.loops += 1
             try:
                 self._block(body.children)
             except _LoopControl as control:
                 if control.kind == "break":
                     return 0
+            finally:
+                self.loops -= 1
         raise ReadError(_line(node), _construct(node), f"this loop does not end within {LOOP_LIMIT} rounds")
 
     def _do_c_style_for_statement(self, node) -> Status:
@@ -1110,7 +1118,9 @@ def _exit(shell: Shell, fields: list, node) -> Status:
 
 
 def _loop(shell: Shell, fields: list, node) -> Status:
-    raise _LoopControl(fields[0])
+    if shell.loops:
+        raise _LoopControl(fields[0])
+    return 0  # bash: only meaningful in a loop
 
 
 def _eval(shell: Shell, fields: list, node) -> Status:
