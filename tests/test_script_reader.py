@@ -144,6 +144,13 @@ def test_the_environment_of_each_launch_is_the_scripts(tmp_path):
     assert second.environment == {"KEEP": "1"}
 
 
+def test_a_ray_jobs_runtime_env_vars_are_its_environment(tmp_path):
+    body = ("ray job submit --runtime-env-json='{\"env_vars\": {\"VERL_USE_EXTERNAL_PLUGINS\": \"none\"}}' -- "
+            f"{LAUNCH} a=1\n")
+    (launch,) = _read(tmp_path, body, environ={}).launches
+    assert launch.environment == {"VERL_USE_EXTERNAL_PLUGINS": "none"}
+
+
 def test_a_sourced_file_is_read_too_and_a_venv_is_an_assumption(tmp_path):
     (tmp_path / "common.sh").write_text("MODEL=qwen\nexport A=1\n")
     body = f"source .venv/bin/activate\n. ./common.sh\n{LAUNCH} model=$MODEL\n"

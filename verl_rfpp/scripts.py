@@ -8,6 +8,7 @@ path) is a launch; ``echo`` and strings never are. Imports no verl."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -179,8 +180,24 @@ def _answer(reader: shell.Shell, command: shell.Command, launches: list) -> shel
     if interpreter and ("/" in interpreter or "VIRTUAL_ENV" in command.environment):
         reader.assumptions.append(f"{reader.script.name}:{command.line}: {interpreter} is assumed to have the "
                                   f"verl and verl-rfpp this check uses ({where} is not run)")
-    launches.append((tuple(words[index:]), command.line, reader.shown(launcher), dict(command.environment)))
+    environment = {**command.environment, **_job_env_vars(words[:index], command.line)}
+    launches.append((tuple(words[index:]), command.line, reader.shown(launcher), environment))
     return shell.Answer(0, "")
+
+
+def _job_env_vars(words: Sequence[str], line: int) -> dict:
+    """The ``env_vars`` of ``ray job submit --runtime-env-json JSON``: the job's processes get them."""
+    for index, word in enumerate(words):
+        flag, equals, value = word.partition("=")
+        if flag == "--runtime-env-json":
+            text = value if equals else (words[index + 1] if index + 1 < len(words) else "")
+            try:
+                found = json.loads(text).get("env_vars", {})
+            except (ValueError, AttributeError):
+                raise shell.ReadError(line, word, "ray job submit's --runtime-env-json is not a JSON object "
+                                      "check can read") from None
+            return {str(name): str(value) for name, value in found.items()} if isinstance(found, dict) else {}
+    return {}
 
 
 def main_ppo_arguments(words: Sequence[str]) -> Optional[tuple[int, str]]:
