@@ -27,7 +27,6 @@ _IFS = " \t\n"
 LOOP_LIMIT = 10000
 _BREAK = object()  # between the fields of "$@"
 Status = Optional[int]  # None: not known without running the command
-Value = "str | list"
 
 
 class ReadError(Exception):
@@ -41,8 +40,8 @@ class ReadError(Exception):
 @dataclass(frozen=True)
 class Command:
     """A simple command the reader does not evaluate itself: its words after expansion (unknown
-    parts as markers), its line, the environment it would get, whether its stdin is fed by the
-    script (here-doc, here-string) and which of its words came from the script's arguments."""
+    parts as markers), its line, the environment it would get, and whether its stdin is fed by
+    the script (here-document, here-string)."""
 
     words: tuple[str, ...]
     line: int
@@ -194,9 +193,6 @@ class Shell:
         for child in node.named_children:
             self._assign(child)
         return 0
-
-    def _do_comment(self, node) -> Status:
-        return self.status
 
     def _do_function_definition(self, node) -> Status:
         self.functions[_text(node.child_by_field_name("name"))] = node.child_by_field_name("body")
@@ -446,10 +442,11 @@ class Shell:
             return builtin(self, fields, node)
         answer = self.on_command(self, Command(tuple(fields), _line(node), self.environment(prefix),
                                                self._stdin_fed))
-        self.emit(answer.output, node)
+        self.emit(answer.output)
         return answer.status
 
-    def emit(self, text: Optional[str], node=None) -> None:
+    def emit(self, text: Optional[str]) -> None:
+        """Add to the output of the command substitution being read (``None``: not known)."""
         if self._output is not None:
             self._output.append(text)
 
@@ -629,7 +626,7 @@ class Shell:
         operator = rest[0].type
         operands = rest[1:]
         if isinstance(value, _All) and operator == ":":
-            numbers = [self._arithmetic_word(o) for o in operands if o.type not in (":",)]
+            numbers = [self._arithmetic(o) for o in operands if o.type not in (":",)]
             if any(n is None for n in numbers):
                 return [(self.unknown(node), not quoted)]
             start = numbers[0]
@@ -663,7 +660,7 @@ class Shell:
                        "^": value[:1].upper() + value[1:]}[operator]
             return [(changed, not quoted)]
         if operator == ":":
-            numbers = [self._arithmetic_word(o) for o in operands if o.type != ":"]
+            numbers = [self._arithmetic(o) for o in operands if o.type != ":"]
             if any(n is None for n in numbers):
                 return [(self.unknown(node), not quoted)]
             text = value[numbers[0]:]
@@ -694,9 +691,6 @@ class Shell:
     def _arithmetic_text(self, node) -> str:
         value = self._arithmetic(node.named_children[0]) if node.named_children else 0
         return self.unknown(node) if value is None else str(value)
-
-    def _arithmetic_word(self, node) -> Optional[int]:
-        return self._arithmetic(node)
 
     def _arithmetic(self, node) -> Optional[int]:
         kind = node.type
@@ -853,7 +847,8 @@ class Shell:
             self._locals[-1][name] = self.variables.get(name)
 
     @staticmethod
-    def _scalar(value: Value) -> str:
+    def _scalar(value) -> str:
+        """A variable's value as a word (an array's first element, as ``$a`` gives it)."""
         return (value[0] if value else "") if isinstance(value, list) else value
 
 
@@ -1181,7 +1176,7 @@ def _env(shell: Shell, fields: list, node) -> Status:
         shell.emit(None)
         return 0
     answer = shell.on_command(shell, Command(tuple(words), _line(node), shell.environment(extra), shell._stdin_fed))
-    shell.emit(answer.output, node)
+    shell.emit(answer.output)
     return answer.status
 
 
