@@ -25,6 +25,7 @@ _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 _FIRST_MARKER = 0xF0000  # Unicode's private-use plane 15: never in a script's own text
 _IFS = " \t\n"
 LOOP_LIMIT = 10000
+STEP_LIMIT = 100000
 _BREAK = object()  # between the fields of "$@"
 Status = Optional[int]  # None: not known without running the command
 
@@ -117,6 +118,7 @@ class Shell:
         self._output: Optional[list] = None  # collecting a command substitution's output
         self.assumptions: list = []
         self.loops = 0  # how many loops the reading is inside
+        self.steps = 0  # statements evaluated so far (STEP_LIMIT bounds the time a reading takes)
 
     # --- entry points -------------------------------------------------------------------------
 
@@ -165,6 +167,9 @@ class Shell:
                 self.status = self._statement(node)
 
     def _statement(self, node) -> Status:
+        self.steps += 1
+        if self.steps > STEP_LIMIT:
+            raise ReadError(_line(node), _construct(node), f"reading the script takes over {STEP_LIMIT} steps")
         if _misparsed(node):
             return self._reparsed(node)
         kind = node.type
