@@ -195,11 +195,11 @@ def _check_launch(launch, reading, script: str, command: tuple) -> int:
     loaded = _loaded_for(launch, reading, script)
     if isinstance(loaded, int):
         return loaded
-    config_path = run.config_path or (run.config_dir and os.path.abspath(run.config_dir))
-    status, lines = _judge(run.overrides, config_path, run.config_name, command, launch.forwards, loaded)
+    config_path, overrides = _config_dir(run)
+    status, lines = _judge(overrides, config_path, run.config_name, command, launch.forwards, loaded)
     unknowns = launch.unknown_parts()
     if unknowns:
-        other = _judge(scripts.parse_main_ppo(launch.known("other")).overrides, config_path, run.config_name,
+        other = _judge(_config_dir(scripts.parse_main_ppo(launch.known("other")))[1], config_path, run.config_name,
                        command, launch.forwards, loaded)
         if other != (status, [line.replace("unknown", "other") for line in lines]):
             where = "; ".join(f"{script}:{line}: {construct}" for line, construct in unknowns)
@@ -211,6 +211,16 @@ def _check_launch(launch, reading, script: str, command: tuple) -> int:
                   "settings the verdict does not read")
     print("\n".join(lines))
     return status
+
+
+def _config_dir(run) -> tuple:
+    """main_ppo's ``--config-dir DIR`` as Hydra reads it: DIR searched besides verl's own config
+    directory (the primary config from DIR when it is there). The config path and the overrides."""
+    name = run.config_name or "ppo_trainer"
+    if run.config_path or not run.config_dir or not (
+            Path(run.config_dir) / (name if name.endswith(".yaml") else f"{name}.yaml")).is_file():
+        return run.config_path, list(run.overrides)
+    return os.path.abspath(run.config_dir), ["hydra.searchpath=[pkg://verl.trainer.config]", *run.overrides]
 
 
 def _loaded_for(launch, reading, script: str):
