@@ -42,7 +42,8 @@ def _doctor(args: argparse.Namespace) -> int:
 CHECK_HELP = """SCRIPT: a bash launch script that starts python -m verl.trainer.main_ppo. It is read, never
 run: check parses it (tree-sitter-bash) and evaluates only what bash decides by itself
 (assignments, export, parameter expansions, quoting, if/case/[ ]/[[ ]] on known values, for
-loops over known words, && and ||, functions, shift, source of a file it can read). No command
+and while loops over known values, && and ||, functions, shift, source of a file it can
+read). No command
 of the script runs. A command substitution gets what a Linux machine with NVIDIA GPUs gives
 (python3 -c 'import torch_npu' fails) or is a value check does not know, which may only reach
 settings the verdict does not read; each assumption is printed as one line "assumed: ...".
