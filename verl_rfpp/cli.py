@@ -51,7 +51,8 @@ What check cannot read safely (eval, a test on an unknown value that decides a r
 here-document fed to main_ppo, ...) is exit 2 naming the line: pass the overrides directly, or
 set the variable for the reading (VAR=value verl-rfpp check SCRIPT). Every main_ppo run the
 script makes is judged, one block each ("run K of N (SCRIPT:LINE): ..."), in the environment the
-script gives it (VERL_USE_EXTERNAL_PLUGINS, VERL_USE_EXTERNAL_MODULES, PYTHONPATH).
+script gives it: when the script sets VERL_USE_EXTERNAL_PLUGINS, VERL_USE_EXTERNAL_MODULES or
+PYTHONPATH, a child python imports verl (and the modules those name) with them, as the run would.
 
 ARGUMENTS: every word after SCRIPT is the script's own argument ($1, "$@"), as in
 bash SCRIPT ARGUMENTS; check's options go before SCRIPT. Overrides for main_ppo are appended
