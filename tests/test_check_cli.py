@@ -31,9 +31,16 @@ def _check(*overrides, **env):
 def test_recipe_is_ok_and_check_prints_only_its_own_lines():
     """verl's import-time warnings (engines, accelerator: 12 lines on stderr before) go to check's log."""
     code, out, err = _check(*BASE)
-    assert code == 0 and out == ("OK: this config runs reinforce_plus_plus_baseline as docs/contract.md defines it; "
-                                 "KL: k2 loss, coefficient 0.01.\n")
+    *mention, verdict = out.splitlines()
+    assert code == 0 and verdict == ("OK: this config runs reinforce_plus_plus_baseline as docs/contract.md "
+                                     "defines it; KL: k2 loss, coefficient 0.01.")
     assert err == ""
+    # the log is check's own (mkstemp: mode 0600, a fresh name each time), named only when written to
+    for line in mention:
+        path = Path(re.fullmatch(r"\(other libraries' messages: (.+)\)", line).group(1))
+        assert path.name.startswith("verl-rfpp-check-") and path.stat().st_mode & 0o777 == 0o600
+        assert "veomni engine is not available" in path.read_text()
+        path.unlink()
     code, out, err = _check(*BASE, "actor_rollout_ref.rollout.n=1")
     assert code == 1 and err == "" and out.splitlines()[-1] == "Fix: actor_rollout_ref.rollout.n=8"
 
@@ -90,7 +97,7 @@ def test_exit_statuses_are_documented_in_help(capsys):
     text = capsys.readouterr().out
     assert "exit status" in text and "  3  Hydra cannot compose" in text and "  1  refused: rule violations" in text
     assert "  0  the config runs" in text
-    assert "  2  usage: a bad option; SCRIPT launches no main_ppo run, or several" in text
+    assert "  2  usage: a bad option, a file that is not a bash script, a script check cannot read safely" in text
     assert "--config-path" in text and "SCRIPT" in text
 
 
@@ -245,3 +252,27 @@ def test_a_users_runtime_env_touching_the_plugins_job_env_is_a_warning_of_check(
     warnings = [line for line in out.splitlines() if line.startswith("warning:")]
     assert any(words in line and variable in line for line in warnings), out
     assert out.rstrip().endswith("as docs/contract.md defines it; KL: k2 loss, coefficient 0.01.")
+
+
+@pytest.mark.parametrize("content,words", [
+    ("algorithm:\n  adv_estimator: grpo\n", "is a YAML/JSON config, not a script"),
+    ("algorithm.adv_estimator=grpo\n", "is a list of overrides, not a script"),
+    (None, "is a directory"), ("python3 -m verl.trainer.main_ppo\r\n", "CRLF"),
+])
+def test_only_a_bash_script_is_read_as_one_in_one_line_exit_2(content, words, capsys, tmp_path):
+    path = tmp_path / "input.yaml" if content is None or "adv_estimator:" in content else tmp_path / "input.sh"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_text(content, newline="")
+    assert cli.main(["check", str(path)]) == 2
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and ("check takes" in lines[0] or "dos2unix" in lines[0]), lines
+    assert cli.main(["check", str(tmp_path / "missing.sh")]) == 2
+    assert "no such file" in capsys.readouterr().out
+
+
+def test_an_unknown_option_before_the_overrides_is_one_line_exit_2(capsys):
+    assert cli.main(["check", "--model", "x", *BASE]) == 2
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and "--model" in lines[0]

@@ -1,122 +1,218 @@
-"""What a launch script passes to ``verl.trainer.main_ppo``, found by running the script with
-stand-ins for the commands that start Python (docs/contract.md section 6.5).
-
-The script runs under bash, in its own process group, with ``python``, ``python3``, ``uv``,
-``torchrun`` and ``ray`` on ``PATH`` replaced by a stand-in that records its arguments and runs
-nothing. The first call that starts ``verl.trainer.main_ppo`` (``-m verl.trainer.main_ppo`` or a
-path ending in ``verl/trainer/main_ppo.py``, wherever it sits in the command: ``uv run``,
-``torchrun``, ``ray job submit --``) ends the whole script there: nothing of it runs past that
-call. Imports no verl.
-"""
+"""What a launch script passes to ``verl.trainer.main_ppo``, read without running anything
+(docs/contract.md section 6.5): the script is evaluated by ``verl_rfpp.shell``; every command it
+would start is answered here, as on a Linux machine with NVIDIA GPUs, and never run. A command
+whose words start main_ppo (``-m verl.trainer.main_ppo``, ``-mverl.trainer.main_ppo`` or a path
+ending in ``verl/trainer/main_ppo.py``, behind any interpreter or launcher: ``uv run``,
+``torchrun``, ``ray job submit --``, ``setsid``, ``nohup``, ``timeout``, ``env A=B``, an absolute
+path) is a launch; ``echo`` and strings never are. Imports no verl."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import signal
-import subprocess
-import tempfile
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-MAIN_PPO = "verl.trainer.main_ppo"
-STAND_INS = ("python", "python3", "uv", "torchrun", "ray")
-PROBE = "verl_rfpp_forwarded_arguments_probe=1"
-"""Appended to the script's own arguments: reaching main_ppo, it shows that appended overrides do."""
+from verl_rfpp import shell
 
-_STAND_IN = """#!/usr/bin/env bash
-printf '%s\\0' "$@" > "$(mktemp "{record}/call.$(date +%s%N).XXXX")"
-for argument in "$@"; do
-  case "$argument" in {module}|*verl/trainer/main_ppo.py) kill -TERM 0 ;; esac
-done
-exit 0
-"""
-_LAUNCH_LINE = re.compile(r"^[^#\n]*\bverl[./]trainer[./]main_ppo\b", re.M)
+MAIN_PPO = "verl.trainer.main_ppo"
+MAIN_PPO_FILE = "verl/trainer/main_ppo.py"
+WAY_OUT = ("pass main_ppo's overrides to check directly (verl-rfpp check OVERRIDES...), or set the value "
+           "for the reading (VAR=value verl-rfpp check SCRIPT)")
+_FORWARDED = "verl_rfpp_appended_override=1"
+"""Appended in a second reading only (never in the verdict's): does an override after the script's
+arguments reach each launch, as the printed Fix: command needs?"""
+_PYTHON = re.compile(r"python[\d.]*")
+_SHELL_SYNTAX = re.compile(r"^\s*(#!|[A-Za-z_]\w*=|export\s|set\s+-|if\s|for\s|(python\S*|torchrun|uv|ray)\s)", re.M)
 
 
 class ScriptError(Exception):
-    """A script that cannot be read as one main_ppo run: it launches nothing, or several."""
+    """A script check cannot read safely, or that launches no run (``verl-rfpp check``'s exit 2)."""
 
 
 @dataclass(frozen=True)
 class Launch:
-    """The arguments the script gives ``main_ppo``; ``forwards``: whether arguments given to the
-    script reach them (its main_ppo line ends with ``"$@"``)."""
+    """One main_ppo run the script makes: its arguments (a value the reading cannot know is a
+    marker, see ``unknowns``), its line, the command words up to main_ppo, the environment it gets,
+    and ``forwards``: whether an override appended to the script's arguments reaches it (last)."""
 
     arguments: tuple[str, ...]
-    forwards: bool
+    line: int
+    launcher: str
+    environment: Mapping[str, str]
+    forwards: bool = False
+    unknowns: Mapping[str, tuple[int, str]] = None  # type: ignore[assignment]
+
+    def known(self, stand_in: str) -> tuple[str, ...]:
+        """The arguments with every unknown value replaced by ``stand_in``."""
+        replaced = []
+        for argument in self.arguments:
+            for marker in self.unknowns or {}:
+                argument = argument.replace(marker, stand_in)
+            replaced.append(argument)
+        return tuple(replaced)
+
+    def unknown_parts(self) -> list[tuple[int, str]]:
+        """(line, construct) of each unknown value in the arguments."""
+        text = "".join(self.arguments)
+        return [where for marker, where in (self.unknowns or {}).items() if marker in text]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The runs of one script, the assumptions made reading it, and where it set each exported
+    variable (name -> line)."""
+
+    launches: tuple[Launch, ...]
+    assumptions: tuple[str, ...]
+    exported_at: Mapping[str, int]
 
 
 def is_script(word: str) -> bool:
-    """Whether a command-line word names a launch script: an existing file (an override never is)."""
-    return "=" not in word and Path(word).is_file()
+    """Whether a command-line word names a launch script. A word that is no existing path is an
+    override (``False``); ``ScriptError`` for what is not a bash script: a directory, a missing
+    ``.sh``/path-like word, a binary, YAML/JSON, a list of overrides, CRLF line endings."""
+    path = Path(word)
+    takes = "check takes a bash launch script (SCRIPT [ARGUMENTS...]) or main_ppo's Hydra overrides"
+    if not path.exists():
+        if "=" not in word and ("/" in word or word.endswith((".sh", ".bash", ".yaml", ".yml", ".json"))):
+            raise ScriptError(f"{word}: no such file; {takes}")
+        return False
+    if path.is_dir():
+        raise ScriptError(f"{word} is a directory; {takes} (a config directory of your own: "
+                          f"check -cp {word} -cn NAME)")
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ScriptError(f"{word} cannot be read ({error.strerror}); {takes}") from None
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
+        raise ScriptError(f"{word} is a binary file, not a script; {takes}")
+    if "\r\n" in text:
+        raise ScriptError(f"{word} has Windows (CRLF) line endings, which bash reads as part of each word; "
+                          f"convert it (dos2unix {word}) and check again")
+    if path.suffix in (".yaml", ".yml", ".json") or text.lstrip().startswith(("{", "[")) or _looks_like_yaml(text):
+        raise ScriptError(f"{word} is a YAML/JSON config, not a script; {takes} (a config of your own: "
+                          f"check -cp DIR -cn NAME)")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if lines and all(re.fullmatch(r"[+~]*[\w.@/-]+=\S*", line) for line in lines) and not text.startswith("#!"):
+        raise ScriptError(f"{word} is a list of overrides, not a script; {takes}: pass them as arguments, "
+                          f"verl-rfpp check $(cat {word})")
+    if not text.startswith("#!") and path.suffix not in (".sh", ".bash") and not _SHELL_SYNTAX.search(text):
+        raise ScriptError(f"{word} does not read as a bash script (no #! line, no .sh name, no shell syntax); "
+                          f"{takes}")
+    return True
 
 
-def main_ppo_arguments(argv: Sequence[str]) -> Optional[list[str]]:
-    """The arguments after ``-m verl.trainer.main_ppo`` (or ``.../verl/trainer/main_ppo.py``) in
-    one command's ``argv``, else ``None``."""
-    for index, argument in enumerate(argv):
-        if argument == MAIN_PPO and index > 0 and argv[index - 1] == "-m":
-            return list(argv[index + 1:])
-        if argument.endswith("verl/trainer/main_ppo.py"):
-            return list(argv[index + 1:])
-    return None
+def _looks_like_yaml(text: str) -> bool:
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return bool(lines) and all(re.match(r"^\s*(-\s|[\w.-]+:(\s|$))", line) for line in lines)
 
 
-def launch_lines(script: Path) -> int:
-    """How many lines of ``script`` (comments aside) start main_ppo."""
-    return len(_LAUNCH_LINE.findall(Path(script).read_text(errors="replace")))
-
-
-def record_launch(
-    script: Path, arguments: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
-    cwd: Optional[Path] = None, timeout: float = 60,
-) -> Launch:
-    """Run ``bash script arguments... PROBE`` with the stand-ins; the main_ppo call it makes.
-    ``ScriptError`` when it makes none or the script has several main_ppo lines."""
+def read_script(script: Path, arguments: Sequence[str] = (), environ: Optional[Mapping[str, str]] = None,
+                cwd: Optional[str] = None) -> Reading:
+    """The main_ppo runs ``bash script arguments...`` makes, read statically. ``environ``: the
+    environment the script starts from (check's own by default). ``ScriptError`` when it cannot be
+    read safely (naming the line and the construct) or launches no run."""
     script = Path(script)
-    lines = launch_lines(script)
-    if lines > 1:
-        raise ScriptError(f"{script} has {lines} lines that start {MAIN_PPO}: several runs; check each run's "
-                          f"command on its own (verl-rfpp check OVERRIDES...)")
-    with tempfile.TemporaryDirectory(prefix="verl-rfpp-script-") as scratch:
-        record = Path(scratch) / "calls"
-        record.mkdir()
-        bin_dir = Path(scratch) / "bin"
-        bin_dir.mkdir()
-        for name in STAND_INS:
-            stand_in = bin_dir / name
-            stand_in.write_text(_STAND_IN.format(record=record, module=MAIN_PPO))
-            stand_in.chmod(0o755)
-        environment = {**(os.environ if env is None else env)}
-        environment["PATH"] = f"{bin_dir}:{environment.get('PATH', '')}"
-        process = subprocess.Popen(
-            ["bash", str(script), *arguments, PROBE], env=environment, cwd=cwd, start_new_session=True,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
-        try:
-            output, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            raise ScriptError(f"{script} did not start {MAIN_PPO} within {timeout:.0f} s") from None
-        calls = [path.read_bytes().decode(errors="surrogateescape").split("\0")[:-1]
-                 for path in sorted(record.iterdir())]
-    launches = [arguments for arguments in map(main_ppo_arguments, calls) if arguments is not None]
-    if not launches:
-        tail = "\n".join(output.decode(errors="replace").strip().splitlines()[-5:])
-        raise ScriptError(f"{script} launches no run: it did not start {MAIN_PPO} through python, python3, uv, "
-                          f"torchrun or ray found on PATH (exit status {process.returncode})"
-                          + (f"; its last output:\n{tail}" if tail else ""))
-    found = launches[0]
-    forwards = bool(found) and found[-1] == PROBE
-    return Launch(tuple(found[:-1] if forwards else found), forwards)
+    environ = dict(os.environ if environ is None else environ)
+    first, assumptions, exported_at = _read(script, list(arguments), environ, cwd)
+    if not first:
+        raise ScriptError(f"{script} launches no run: no command of it starts {MAIN_PPO} (python -m {MAIN_PPO} "
+                          f"or .../{MAIN_PPO_FILE}, directly or through uv run, torchrun, ray job submit, ...)")
+    try:
+        second = _read(script, [*arguments, _FORWARDED], environ, cwd)[0]
+    except ScriptError:
+        second = []
+    same = len(second) == len(first)
+    launches = tuple(Launch(a.arguments, a.line, a.launcher, a.environment,
+                            same and second[i].arguments == (*a.arguments, _FORWARDED), a.unknowns)
+                     for i, a in enumerate(first))
+    return Reading(launches, tuple(dict.fromkeys(assumptions)), exported_at)
+
+
+def _read(script: Path, arguments: list, environ: dict, cwd: Optional[str]):
+    launches: list[Launch] = []
+
+    def answer(reader: shell.Shell, command: shell.Command) -> shell.Answer:
+        return _answer(reader, command, launches)
+
+    reader = shell.Shell(script.resolve(), arguments, environ, answer, cwd=cwd or os.getcwd())
+    try:
+        reader.read()
+    except shell.ReadError as error:
+        raise ScriptError(f"{script}:{error.line}: check cannot read this safely ({error.why}): "
+                          f"{error.construct}; {WAY_OUT}") from None
+    except RecursionError:
+        raise ScriptError(f"{script}: its functions call themselves without end; {WAY_OUT}") from None
+    notes = [note.replace(f"{script.resolve().name}:", f"{script}:", 1) for note in reader.assumptions]
+    return [Launch(*launch[:4], unknowns=dict(reader.unknowns)) for launch in launches], notes, reader.exported_at
+
+
+def _answer(reader: shell.Shell, command: shell.Command, launches: list) -> shell.Answer:
+    """What a command the reader does not evaluate does, without running it."""
+    words = command.words
+    found = main_ppo_arguments(words)
+    where = f"line {command.line}"
+    if found is None:
+        if any(MAIN_PPO in word or MAIN_PPO_FILE in word for word in words[1:]):
+            raise shell.ReadError(command.line, reader.shown(" ".join(words))[:80], "this command starts main_ppo in "
+                                  "a way check cannot read (inside a string another program runs)")
+        name = os.path.basename(words[0])
+        if _PYTHON.fullmatch(name) and "-c" in words and "torch_npu" in " ".join(words):
+            reader.assumptions.append(f"{reader.script.name}:{command.line}: `{shlex.join(words)[:60]}` fails "
+                                      "(a Linux machine with NVIDIA GPUs: no torch_npu)")
+            return shell.Answer(1, "")
+        return shell.Answer(None, None)
+    index, launcher = found
+    if command.stdin_fed:
+        raise shell.ReadError(command.line, reader.shown(" ".join(words))[:80], "main_ppo is fed a here-document")
+    if reader.is_unknown(words[0]):
+        raise shell.ReadError(command.line, reader.shown(" ".join(words))[:80], "the program that starts main_ppo "
+                              "is not known")
+    interpreter = next((w for w in words[:index] if _PYTHON.fullmatch(os.path.basename(w))), None)
+    if interpreter and ("/" in interpreter or "VIRTUAL_ENV" in command.environment):
+        reader.assumptions.append(f"{reader.script.name}:{command.line}: {interpreter} is assumed to have the "
+                                  f"verl and verl-rfpp this check uses ({where} is not run)")
+    environment = {**command.environment, **_job_env_vars(words[:index], command.line)}
+    launches.append((tuple(words[index:]), command.line, reader.shown(launcher), environment))
+    return shell.Answer(0, "")
+
+
+def _job_env_vars(words: Sequence[str], line: int) -> dict:
+    """The ``env_vars`` of ``ray job submit --runtime-env-json JSON``: the job's processes get them."""
+    for index, word in enumerate(words):
+        flag, equals, value = word.partition("=")
+        if flag == "--runtime-env-json":
+            text = value if equals else (words[index + 1] if index + 1 < len(words) else "")
+            try:
+                found = json.loads(text).get("env_vars", {})
+            except (ValueError, AttributeError):
+                raise shell.ReadError(line, word, "ray job submit's --runtime-env-json is not a JSON object "
+                                      "check can read") from None
+            return {str(name): str(value) for name, value in found.items()} if isinstance(found, dict) else {}
+    return {}
+
+
+def main_ppo_arguments(words: Sequence[str]) -> Optional[tuple[int, str]]:
+    """Where main_ppo's own arguments start in one command's words, and the words that start it
+    (``python3 -m verl.trainer.main_ppo``); ``None`` when the command does not start main_ppo."""
+    for index, word in enumerate(words):
+        if word == MAIN_PPO and index > 0 and words[index - 1] == "-m" or word == f"-m{MAIN_PPO}" or (
+                word.endswith(MAIN_PPO_FILE) and index > 0):
+            return index + 1, " ".join(words[: index + 1])
+    return None
 
 
 # main_ppo's own (Hydra's) options that choose the config; the rest of its arguments are overrides.
 _CONFIG_OPTIONS = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name",
-                   "-cn": "config_name"}
+                   "-cn": "config_name", "--config-dir": "config_dir", "-cd": "config_dir"}
 
 
 @dataclass(frozen=True)
@@ -126,12 +222,13 @@ class MainPpoCommand:
     overrides: tuple[str, ...]
     config_path: Optional[str] = None
     config_name: Optional[str] = None
+    config_dir: Optional[str] = None
 
 
 def parse_main_ppo(arguments: Sequence[str]) -> MainPpoCommand:
     """Split main_ppo's arguments into Hydra's config options (``--config-path X``,
-    ``--config-path=X``, ``-cp X``, ...) and the overrides. ``ScriptError`` for another Hydra
-    option (``--multirun``, ``--cfg``, ...): not one run's config."""
+    ``--config-path=X``, ``-cp X``, ``--config-dir``, ...) and the overrides. ``ScriptError`` for
+    another Hydra option (``--multirun``, ``--cfg``, ...): not one run's config."""
     options: dict[str, str] = {}
     overrides: list[str] = []
     words = list(arguments)
@@ -146,7 +243,7 @@ def parse_main_ppo(arguments: Sequence[str]) -> MainPpoCommand:
             options[_CONFIG_OPTIONS[flag]] = value
         elif word.startswith("-"):
             raise ScriptError(f"main_ppo option {word!r} is not one run's config (verl-rfpp check reads "
-                              "--config-path/-cp, --config-name/-cn and overrides)")
+                              "--config-path/-cp, --config-name/-cn, --config-dir/-cd and overrides)")
         else:
             overrides.append(word)
     return MainPpoCommand(tuple(overrides), **options)

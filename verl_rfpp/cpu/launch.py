@@ -108,8 +108,8 @@ def examples_dir() -> Path:
 
 def example_overrides(nodes: int, script: Optional[Path] = None) -> list[str]:
     """The Hydra overrides ``examples/<MULTINODE_EXAMPLE>`` passes to ``main_ppo`` with
-    ``NNODES=nodes`` and one GPU per node, read by running the script itself with stand-ins that
-    record main_ppo's arguments (``verl_rfpp.scripts``; bash expands them exactly as for a user)."""
+    ``NNODES=nodes`` and one GPU per node, read from the script itself as ``verl-rfpp check`` reads
+    it (``verl_rfpp.scripts``: statically, nothing of it runs)."""
     script = Path(script) if script else examples_dir() / MULTINODE_EXAMPLE
     if not script.is_file():
         raise LaunchError(f"--nodes runs the overrides of {MULTINODE_EXAMPLE}, not found at {script}; "
@@ -118,7 +118,7 @@ def example_overrides(nodes: int, script: Optional[Path] = None) -> list[str]:
 
     env = {**os.environ, "NNODES": str(nodes), "GPUS_PER_NODE": "1", "DATA_DIR": "unused", "MODEL": "unused"}
     try:
-        arguments = scripts.record_launch(script, env=env).arguments
+        arguments = scripts.read_script(script, environ=env).launches[0].arguments
     except scripts.ScriptError as error:
         raise LaunchError(str(error)) from error
     return [o for o in arguments if not o.startswith(NOT_FOR_CPU)]
