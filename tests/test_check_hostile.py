@@ -55,7 +55,7 @@ def _maybe(script: str, *lines: str, if_ok: tuple[str, ...] = (OK,)) -> Case:
     return Case(script, codes=(0, 2), says=(), lines=lines, if_ok=if_ok)
 
 
-RUN_HEADERS = (r"(?m)^run 1 of 2 \({name}:{line}\)", r"(?m)^run 2 of 2 \({name}:{line}\)", r"\[6\.2\.1\]")
+RUN_HEADERS = (r"(?m)^run 1 of 2 \((.*/)?{name}:{line}\)", r"(?m)^run 2 of 2 \((.*/)?{name}:{line}\)", r"\[6\.2\.1\]")
 CASES = [
     Case("rm_witness.sh"),
     Case("touch.sh"),
@@ -253,7 +253,8 @@ def witnessed(tmp_path, server, capsys, monkeypatch):
         with _programs_started() as programs:
             code, out = check(capsys, script.relative_to(tree) if script.exists() else place or name, *arguments)
         seconds = time.monotonic() - start
-        time.sleep(0.2)  # what a detached process does next has happened
+        if programs:
+            time.sleep(0.2)  # what a detached process does next has happened
         left.extend(_carrying(token))
         return Witnessed(code, out, seconds, _changes(before, _snapshot(tree)), list(server.requests),
                          programs, sorted(set(left)))
