@@ -32,7 +32,7 @@ TOKEN = "VERL_RFPP_HOSTILE_TOKEN"  # set for check: every process the script sta
 PAST = 1_000_000_000  # the witnesses' mtime (2001): any write moves it
 MARKERS = ("activated.marker", "interpreter-ran.marker")
 OK = r"(?m)^OK: .*reinforce_plus_plus_baseline"
-BOUND_S = 30  # a check reads a script in well under this (setsid sleep 75 held today's for 78 s)
+BOUND_S = 120  # a check returns well within this, busy machine and all (setsid_sleep.sh would hold it 200 s)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ CASES = [
     _maybe("setsid_main_ppo.sh", "setsid"),
     _maybe("exec.sh", "exec"),
     _maybe("venv_activate.sh", "source"),
-    _maybe("eval.sh", "eval"),
+    _maybe("eval.sh", 'eval "'),
     _maybe("process_substitution.sh", "< <("),
     _maybe("command_substitution.sh", "STAMP=", "OWNER=", "experiment_name", if_ok=(OK, r"(?m)^assumed: ")),
     Case("npu_probe.sh", says=(OK, r"(?m)^assumed: .*(torch_npu|GPU|gpu)"), never=(r"\[6\.2\.4\]",)),
@@ -94,8 +94,9 @@ CASES = [
 
 
 def _line(script: Path, text: str) -> int:
-    """The number of the first line of ``script`` holding ``text``."""
-    return next(number for number, line in enumerate(script.read_text().splitlines(), 1) if text in line)
+    """The number of the first line of ``script`` holding ``text`` outside a comment."""
+    return next(number for number, line in enumerate(script.read_text().splitlines(), 1)
+                if text in line and not line.lstrip().startswith("#"))
 
 
 class _Counting(http.server.BaseHTTPRequestHandler):
@@ -355,5 +356,5 @@ def test_the_command_in_a_process_of_its_own_with_a_planted_log_symlink(name, tm
     assert _changes(before, _snapshot(tree)) == [] and server.requests == [] and left == [], (
         _changes(before, _snapshot(tree)), server.requests, left, done.stdout)
     assert (scratch / "verl-rfpp-check.log").readlink() == tree / "witness.txt"
-    assert seconds < BOUND_S + 15, f"took {seconds:.0f} s"  # + starting Python and importing verl
+    assert seconds < BOUND_S, f"took {seconds:.0f} s"
     assert done.returncode == 0 and re.search(OK, done.stdout), done.stdout + done.stderr
