@@ -6,7 +6,8 @@ nothing happened: the directory's files, sizes and mtimes are as before (no ``ou
 marker of a fake interpreter or venv), the HTTP server on 127.0.0.1 the scripts reach through
 ``WITNESS_URL`` got no request, check started no program but its own Python, and no process
 carrying the test's token in its environment is left. Where the verdict is a choice of the reader
-(an ``exec``, a ``source``, an ``eval``), the case allows exit 0 or exit 2 naming the line."""
+(an ``exec``, a ``source``, an ``eval``), the case allows exit 0 or exit 2 naming the line. The
+in-process cases are in the two-minute tier, where tests/conftest.py also fails any process start."""
 
 from __future__ import annotations
 
