@@ -12,9 +12,10 @@ import shlex
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from checking import check as _check
+from checking import kl as _kl
 
-from verl_rfpp import cli, scripts, validation
+from verl_rfpp import scripts, validation
 from verl_rfpp.plugin.compose import compose_verl_config
 
 pytestmark = pytest.mark.slow  # composes verl's config twice per case
@@ -23,12 +24,6 @@ HERE = Path(__file__).resolve().parent
 VERL_SCRIPTS = HERE / "scripts"
 EXAMPLES = sorted((HERE.parent / "examples").glob("*.sh"))
 BASELINE, RFPP = validation.BASELINE, validation.REINFORCE_PLUS_PLUS
-AR = "actor_rollout_ref"
-
-
-def _check(capsys, *arguments):
-    code = cli.main(["check", *map(str, arguments)])
-    return code, capsys.readouterr().out
 
 
 def _run_config(script, arguments):
@@ -36,13 +31,6 @@ def _run_config(script, arguments):
     launch, = scripts.read_script(Path(script), arguments).launches
     run = scripts.parse_main_ppo(launch.arguments)
     return compose_verl_config(run.overrides, run.config_path, run.config_name)
-
-
-def _kl(config, estimator):
-    reward = OmegaConf.select(config, "algorithm.use_kl_in_reward") is True
-    loss = OmegaConf.select(config, f"{AR}.actor.use_kl_loss") is True
-    return {"reward": reward and config.algorithm.kl_ctrl.kl_coef,
-            "loss": loss and config.actor_rollout_ref.actor.kl_loss_coef}
 
 
 # (script, the script's arguments, rule ids of the first check, the KL coefficient it had on)
@@ -72,7 +60,7 @@ def test_verls_example_scripts_get_a_fix_command_that_runs_the_method_with_their
     assert code == 0 and "OK: this config runs" in out, out
     config = _run_config(command[1], command[2:])
     estimator = validation.estimator_of(config)
-    kl = _kl(config, estimator)
+    kl = _kl(config)
     expected = {"reward": coefficient, "loss": False} if estimator == RFPP else {"reward": False, "loss": coefficient}
     assert kl == expected
 
