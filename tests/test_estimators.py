@@ -20,6 +20,7 @@ from verl_rfpp import (
     RfppInputError,
     compute_reinforce_plus_plus_advantage,
     compute_reinforce_plus_plus_baseline_advantage,
+    group_centered_rewards,
     masked_global_normalize,
     reinforce_plus_plus,
     reinforce_plus_plus_baseline,
@@ -283,6 +284,45 @@ def test_row_blocks_on_threads_give_identical_bits(passes_implementation, monkey
         for a, b in zip([one.advantages, one.returns, *one.stats], [other.advantages, other.returns, *other.stats],
                         strict=True):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_repeated_calls_on_hundreds_of_rows_give_identical_bits(gamma, device):
+    """docs/contract.md section 3.8: no output depends on the order a device accumulates in (CUDA's
+    ``index_add_`` atomics did, above a few rows); every output and statistic, five calls in a row."""
+    rewards, mask, uids = make_batch(11, prompts=120, max_samples=7, length=48, padding_rows=6)
+    assert len(uids) >= 300
+    sessions = [f"{uid}-{row % 2}" for row, uid in enumerate(uids)]
+    rewards, mask = rewards.to(device), mask.to(device)
+    calls = [lambda: reinforce_plus_plus(rewards, mask, {"gamma": gamma}),
+             lambda: reinforce_plus_plus_baseline(rewards, mask, uids),
+             lambda: reinforce_plus_plus_baseline(rewards, mask, uids, session=sessions)]
+    for call in calls:
+        first = call()
+        for _ in range(4):
+            again = call()
+            for a, b in zip([first.advantages, first.returns, *first.stats],
+                            [again.advantages, again.returns, *again.stats], strict=True):
+                assert torch.equal(a, b)
+
+
+def test_group_sums_run_in_row_order(device):
+    """docs/contract.md section 3.8: ``C_i`` is ``R_i`` minus the group total summed in row order
+    (a float64 left-to-right sum, the same bits as Python's) over the group's size, on every device.
+    The rows are shuffled and span magnitudes, so another order of addition changes the last bits."""
+    g = torch.Generator().manual_seed(5)
+    rows = 400
+    scores = torch.randn(rows, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-8, 9, (rows,), generator=g)
+    lengths = torch.randint(0, 3, (rows,), generator=g)
+    uids = torch.randint(0, 23, (rows,), generator=g).tolist()
+    members: dict = {}
+    for row, uid in enumerate(uids):
+        if lengths[row] > 0:
+            members.setdefault(uid, []).append(float(scores[row]))
+    expected = [float(scores[row]) - sum(members[uid]) / len(members[uid])
+                if lengths[row] > 0 and len(members[uid]) > 1 else 0.0 for row, uid in enumerate(uids)]
+    centered = group_centered_rewards(scores.to(device), lengths.to(device), uids)
+    assert centered.cpu().tolist() == expected
 
 
 # --- precision ----------------------------------------------------------------------------------
