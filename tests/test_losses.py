@@ -35,15 +35,16 @@ def _batch(seed=0, rows=6, length=10, prompt=3):
                 lengths=lengths, prompt=prompt)
 
 
-def _reference_loss(b, log_prob):
+def _reference_loss(b, log_prob, eps_low=EPS, eps_high=EPS):
     """float64, token by token (docs/contract.md sections 5 and 3):
     response_mean(clip) + 0.01 * response_mean(k2)."""
-    policy, k2 = _reference_terms(b, log_prob)
+    policy, k2 = _reference_terms(b, log_prob, eps_low, eps_high)
     return policy + KL_COEF * k2
 
 
-def _reference_terms(b, log_prob):
-    """The two terms of ``_reference_loss``: ``(response_mean(clip), response_mean(k2))``."""
+def _reference_terms(b, log_prob, eps_low=EPS, eps_high=EPS):
+    """The two terms of ``_reference_loss``: ``(response_mean(clip), response_mean(k2))``; ``log_prob``
+    may require grad (the clip's value from ``reference.clipped_surrogate``, its gradient from ``rho``)."""
     rows, length = b["mask"].shape
     policy, k2 = [], []
     for i in range(rows):
@@ -51,8 +52,10 @@ def _reference_terms(b, log_prob):
         for t in range(length):
             rho = torch.exp(log_prob[i, t] - b["old"][i, t])
             a = b["adv"][i, t]
-            clipped = torch.clamp(rho, 1 - EPS, 1 + EPS)
-            policy[i].append(torch.maximum(-rho * a, -clipped * a))
+            value = reference.clipped_surrogate(log_prob[i, t], b["old"][i, t], a, eps_low, eps_high)
+            # where the clip binds (the reference took the clipped term) the token loss is a constant
+            unclipped = -math.exp(float(log_prob[i, t] - b["old"][i, t])) * float(a)
+            policy[i].append(-rho * a if value == unclipped else torch.tensor(value, dtype=torch.float64))
             k2[i].append(reference.k2(log_prob[i, t], b["ref"][i, t]))
     mask = b["mask"].tolist()
     return reference.response_mean(policy, mask), reference.response_mean(k2, mask)
@@ -135,6 +138,80 @@ def test_verl_ppo_loss_with_the_recipe_equals_spec(device):
     assert ((ratio > 1 + EPS) & (b["adv"] > 0) & valid).any()
     assert ((ratio < 1 - EPS) & (b["adv"] < 0) & valid).any()
     assert metrics["actor/pg_clipfrac"].aggregate() > 0 and metrics["actor/pg_clipfrac_lower"].aggregate() > 0
+
+
+# --- clip-higher: asymmetric bounds (docs/contract.md section 5.1, rule 6.2.12) --------------------
+
+ASYMMETRIC = [(0.2, 0.28), (0.28, 0.2)]  # both orders: swapped bounds give other numbers
+
+
+def _asymmetric_actor(eps_low, eps_high):
+    return dataclasses.replace(_actor_config(), clip_ratio_low=eps_low, clip_ratio_high=eps_high)
+
+
+def _bands_bind(b, eps_low, eps_high):
+    """Tokens whose loss differs between (eps_low, eps_high) and the swapped bounds: a ratio
+    between the two upper bounds with A > 0, and one between the two lower bounds with A < 0."""
+    valid = b["mask"].bool()
+    ratio = torch.exp(b["log_prob"] - b["old"])
+    low, high = sorted((eps_low, eps_high))
+    upper = (ratio > 1 + low) & (ratio < 1 + high) & (b["adv"] > 0) & valid
+    lower = (ratio < 1 - low) & (ratio > 1 - high) & (b["adv"] < 0) & valid
+    return bool(upper.any()) and bool(lower.any())
+
+
+@pytest.mark.parametrize("eps_low,eps_high", ASYMMETRIC)
+def test_clipped_surrogate_with_asymmetric_bounds_matches_reference(eps_low, eps_high, device):
+    b = _batch(seed=7, rows=12, length=16)
+    assert _bands_bind(b, eps_low, eps_high)
+    on = _on(b, device)
+    loss, diagnostics = losses.clipped_surrogate(on["old"], on["log_prob"], on["adv"], on["mask"], eps_low, eps_high)
+    mask = b["mask"].bool()
+    expected = torch.tensor([[reference.clipped_surrogate(lp, old, a, eps_low, eps_high) if ok else 0.0
+                              for lp, old, a, ok in zip(*rows, strict=True)]
+                             for rows in zip(b["log_prob"].tolist(), b["old"].tolist(), b["adv"].tolist(),
+                                             mask.tolist(), strict=True)], dtype=torch.float64)
+    assert (loss.cpu() - expected).abs().max().item() <= 1e-15
+    ratio = torch.exp(b["log_prob"] - b["old"])
+    upper = (ratio > 1 + eps_high) & (b["adv"] > 0) & mask
+    lower = (ratio < 1 - eps_low) & (b["adv"] < 0) & mask
+    count = int(mask.sum())
+    assert round(diagnostics["pg_clipfrac"].item() * count) == int((upper | lower).sum())
+    assert round(diagnostics["pg_clipfrac_lower"].item() * count) == int(lower.sum()) > 0
+
+
+@pytest.mark.parametrize("eps_low,eps_high", ASYMMETRIC)
+def test_policy_loss_with_asymmetric_bounds_matches_reference(eps_low, eps_high, device):
+    from verl_rfpp.plugin import rfpp_policy_loss
+
+    b = _batch(seed=7, rows=12, length=16)
+    on = _on(b, device)
+    ours_lp = on["log_prob"].clone().requires_grad_(True)
+    loss, _ = rfpp_policy_loss(on["old"], ours_lp, on["adv"], on["mask"], "seq-mean-token-mean",
+                               _asymmetric_actor(eps_low, eps_high), None)
+    loss.backward()
+    ref_lp = b["log_prob"].clone().requires_grad_(True)
+    expected, _ = _reference_terms(b, ref_lp, eps_low, eps_high)
+    expected.backward()
+    assert abs(loss.item() - expected.item()) <= 1e-12 * max(1.0, abs(expected.item()))
+    assert (ours_lp.grad.cpu() - ref_lp.grad).abs().max().item() <= 1e-12
+
+
+@pytest.mark.parametrize("eps_low,eps_high", ASYMMETRIC)
+def test_verl_ppo_loss_with_asymmetric_bounds_matches_reference(eps_low, eps_high, device):
+    from verl.workers.utils.losses import ppo_loss
+
+    b = _batch(seed=7, rows=12, length=16)
+    assert _bands_bind(b, eps_low, eps_high)
+    theirs_lp = b["log_prob"].clone().to(device).requires_grad_(True)
+    data, model_output = _verl_inputs(_on(b, device), theirs_lp)
+    loss, _ = ppo_loss(_asymmetric_actor(eps_low, eps_high), model_output, data)
+    loss.backward()
+    ours_lp = b["log_prob"].clone().requires_grad_(True)
+    expected = _reference_loss(b, ours_lp, eps_low, eps_high)
+    expected.backward()
+    assert abs(loss.item() - expected.item()) <= 1e-12 * max(1.0, abs(expected.item()))
+    assert (theirs_lp.grad.cpu() - ours_lp.grad).abs().max().item() <= 1e-12
 
 
 @pytest.mark.parametrize("garbage", [math.nan, math.inf, -math.inf, 1e30])
