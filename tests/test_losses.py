@@ -86,9 +86,9 @@ def _on(b, device):
     return {key: (value.to(device) if torch.is_tensor(value) else value) for key, value in b.items()}
 
 
-def _verl_inputs(b, log_prob):
+def _verl_inputs(b, log_prob, global_batch_size=True):
     """A TensorDict as verl's engine hands it to ppo_loss, with the model's no-padding output,
-    on the batch's device."""
+    on the batch's device; ``global_batch_size=False`` leaves verl's row count out."""
     import verl.utils.tensordict_utils as tu
 
     rows, length = b["mask"].shape
@@ -107,7 +107,9 @@ def _verl_inputs(b, log_prob):
         },
         batch_size=[rows],
     )
-    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(b["mask"].bool().sum()), global_batch_size=rows)
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(b["mask"].bool().sum()))
+    if global_batch_size:
+        tu.assign_non_tensor(data, global_batch_size=rows)
     pieces = []  # log-probs are shifted left by one: position p predicts token p + 1
     for i in range(rows):
         n = int(b["lengths"][i])
@@ -384,3 +386,43 @@ def test_policy_loss_refuses_dp_size_zero_from_the_batch_info(dp_size):
     b = _batch()
     with pytest.raises(RfppInputError, match="dp_size"):
         rfpp_policy_loss(b["old"], b["log_prob"], b["adv"], b["mask"], "seq-mean-token-mean", actor, None)
+
+
+# --- the engine's response count (docs/contract.md sections 5.2, 8.3), no process ---------------
+
+
+def test_response_count_reads_padded_and_nested_masks():
+    padded = torch.tensor([[1, 1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0]])
+    nested = torch.nested.as_nested_tensor(
+        [torch.tensor([1, 1]), torch.tensor([0]), torch.tensor([0, 0, 1]), torch.tensor([], dtype=torch.int64)],
+        layout=torch.jagged)
+    assert int(losses.responses_with_valid_tokens(padded)) == 2
+    assert int(losses.responses_with_valid_tokens(nested)) == 2
+    assert int(losses.responses_with_valid_tokens(padded.bool())) == 2
+
+
+@pytest.mark.parametrize("verl_rows", [True, False], ids=["verl-row-count", "no-global-batch-size"])
+@pytest.mark.parametrize("responses", [3, 0])
+def test_engine_divides_the_rfpp_loss_by_responses_not_padding_rows(responses, verl_rows, monkeypatch):
+    """``BaseEngine.train_batch`` as the plugin wraps it, on a mini-batch of 8 rows of which the
+    all-masked ones are padding: the ``rfpp`` loss gets ``global_batch_size = N`` (floored at 1),
+    whether or not verl set its row count; verl's ``vanilla`` loss keeps verl's value."""
+    import verl.utils.device
+    import verl.utils.tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+
+    from verl_rfpp.cpu.platform import PlatformCPU
+    from verl_rfpp.plugin.engine import _counting_responses
+
+    monkeypatch.setattr(verl.utils.device, "get_device_id", PlatformCPU().current_device)
+    b = _mini_batch(responses, 8, seed=4)
+    data, _ = _verl_inputs(b, b["log_prob"], global_batch_size=verl_rows)
+    seen = []
+    train_batch = _counting_responses(
+        lambda self, data, loss_function: seen.append(tu.get_non_tensor_data(data, "global_batch_size", None)))
+    vanilla = dataclasses.replace(_actor_config(), policy_loss=dataclasses.replace(
+        _actor_config().policy_loss, loss_mode="vanilla"))
+    train_batch(None, data, functools.partial(ppo_loss, config=vanilla))
+    train_batch(None, data, functools.partial(ppo_loss, config=_actor_config()))
+    assert seen == [8 if verl_rows else None, max(responses, 1)]
+
