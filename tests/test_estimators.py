@@ -20,6 +20,7 @@ from verl_rfpp import (
     RfppInputError,
     compute_reinforce_plus_plus_advantage,
     compute_reinforce_plus_plus_baseline_advantage,
+    discounted_returns,
     group_centered_rewards,
     masked_global_normalize,
     reinforce_plus_plus,
@@ -215,6 +216,31 @@ def test_garbage_in_masked_positions_changes_nothing(seed, garbage, dtype, mask_
     for a, b in zip(clean.stats, polluted.stats, strict=True):
         assert torch.equal(a, b) and torch.isfinite(b)
     assert (polluted.advantages[~mask.bool()] == 0).all() and (polluted.returns[~mask.bool()] == 0).all()
+
+
+@pytest.mark.parametrize("length", [24, 300], ids=["one-chunk", "three-chunks"])
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_nan_in_a_masked_slot_of_every_returns_path(gamma, length, passes_implementation, device):
+    """Deterministic: NaN in an interior hole, in the padding after a response and in a padding row,
+    on each path of the returns (numba kernel or torch; the reversed cumulative sum for gamma = 1,
+    the blocked recurrence for gamma < 1, over one chunk or several): the returns equal the
+    reference's, and the bits of the same batch with zeros there."""
+    rewards, mask, _ = make_batch(21, prompts=3, max_samples=3, length=length, dtype=torch.float64)
+    row = int(mask.sum(dim=1).argmax())
+    last = int(mask[row].nonzero().max())
+    mask[row, last // 2] = 0.0  # an interior hole
+    dirty = torch.where(mask.bool(), rewards, 0.0)
+    dirty[row, last // 2] = math.nan
+    if last + 1 < length:
+        dirty[row, last + 1:] = math.nan
+    dirty[-1] = math.nan  # a padding row
+    clean = torch.where(mask.bool(), rewards, 0.0)
+    rewards, dirty, mask = clean.to(device), dirty.to(device), mask.to(device)
+    ours = discounted_returns(dirty, mask, gamma)
+    assert torch.isfinite(ours).all()
+    assert torch.equal(ours, discounted_returns(rewards, mask, gamma))
+    assert relative_error(ours, reference.returns_by_recurrence(clean, mask.cpu(), gamma)) <= 1e-12
+    assert torch.equal(reinforce_plus_plus(dirty, mask, {"gamma": gamma}).returns, ours)
 
 
 LAYOUTS = st.sampled_from(["contiguous", "transposed", "strided"])
