@@ -87,6 +87,24 @@ def test_row_constant_normalization_counts_every_valid_token(seed, device):
     assert abs(stats.normalized_std.item() - 1.0) <= 1e-12
 
 
+def test_a_refused_input_joins_the_collective_on_the_inputs_device(device, tmp_path):
+    """docs/contract.md section 4.5, one rank in this process (gloo on the CPU, NCCL on cuda): the
+    refusing rank all-reduces its flag on the device its inputs live on (the good ranks reduce
+    there), then raises its own error naming its rank."""
+    import torch.distributed as dist
+
+    from verl_rfpp import RfppInputError
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        values = torch.ones(2, 3, dtype=torch.float64, device=device)
+        with pytest.raises(RfppInputError, match=r"response_mask.*\[rank 0 of the 1 in the process group"):
+            masked_global_normalize(values, torch.ones(2, 4, device=device), process_group=dist.group.WORLD)
+    finally:
+        dist.destroy_process_group()
+
+
 # --- real torch.distributed gloo groups ---------------------------------------------------------
 
 def _split_rows(values, mask, bounds):
