@@ -11,6 +11,7 @@ synchronizes the device, and the peak extra memory is the CUDA allocator's peak.
 
     python benchmarks/bench_estimators.py                  # full grid, up to 8192 x 8192
     python benchmarks/bench_estimators.py --quick          # seconds
+    python benchmarks/bench_estimators.py --sizes 1024x4096,4096x8192   # some sizes of the full grid
     python benchmarks/bench_estimators.py --device cuda    # on the GPU
 """
 
@@ -204,11 +205,24 @@ def group_sums(batches, repeats, device: torch.device) -> None:
               f"index_add_ {atomic * 1e3:.3f} ms, segment/index_add_ {segment / atomic:.1f}", flush=True)
 
 
+def _sizes(text: str) -> list[tuple[int, int]]:
+    """``--sizes``: ``BxT`` pairs of positive integers, comma-separated."""
+    try:
+        sizes = [tuple(int(n) for n in item.lower().split("x")) for item in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(len(size) != 2 or min(size) < 1 for size in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected BxT pairs of positive integers, e.g. 1024x4096,4096x8192")
+    return sizes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small grid that runs in seconds")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="where the tensors live: cpu (default), cuda, cuda:1, ...")
+    parser.add_argument("--sizes", type=_sizes, default=None, metavar="BxT[,BxT...]",
+                        help="sizes B x T instead of the full grid's four, e.g. 1024x4096,4096x8192")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -216,7 +230,7 @@ def main() -> None:
     if args.quick:
         grid, dtypes, repeats = [(64, 256), (256, 512)], [torch.float32, torch.bfloat16], 2
     else:
-        grid = [(1024, 4096), (4096, 8192), (8192, 8192), (256, 32768)]
+        grid = args.sizes or [(1024, 4096), (4096, 8192), (8192, 8192), (256, 32768)]
         dtypes, repeats = [torch.float32, torch.bfloat16], args.repeats
     run(grid, dtypes, repeats, device)
     group_sums(sorted({batch for batch, _ in grid}), max(repeats, 20), device)
