@@ -216,6 +216,32 @@ def test_verl_ppo_loss_with_asymmetric_bounds_matches_reference(eps_low, eps_hig
     assert (theirs_lp.grad.cpu() - ours_lp.grad).abs().max().item() <= 1e-12
 
 
+def test_ppo_kl_is_the_mean_drift_over_valid_tokens_only(device):
+    """``ppo_kl = mean over valid tokens of (logp_old - logp)`` (docs/contract.md section 5.1's
+    diagnostics): masked slots, interior holes and padding rows, add nothing to it (a mutant that
+    gave them a log ratio of 1 survived the suite)."""
+    b = _batch(seed=5, rows=8, length=12)
+    b["mask"][-1] = 0.0  # a padding row
+    on = _on(b, device)
+    _, diagnostics = losses.clipped_surrogate(on["old"], on["log_prob"], on["adv"], on["mask"], EPS, EPS)
+    drifts = [old - lp for row_old, row_lp, row_m in zip(b["old"].tolist(), b["log_prob"].tolist(),
+                                                          b["mask"].tolist(), strict=True)
+              for old, lp, ok in zip(row_old, row_lp, row_m, strict=True) if ok]
+    assert abs(diagnostics["ppo_kl"].item() - sum(drifts) / len(drifts)) <= 1e-12
+
+
+def test_bad_loss_inputs_are_refused_naming_the_argument():
+    """The refusals name what is wrong: the ``old_log_prob`` whose shape is not the mask's, and a
+    ``global_batch_size`` that is not a number of responses."""
+    from verl_rfpp import RfppInputError
+
+    b = _batch()
+    with pytest.raises(RfppInputError, match="old_log_prob"):
+        losses.clipped_surrogate(b["old"][:, :-1], b["log_prob"], b["adv"], b["mask"], EPS, EPS)
+    with pytest.raises(RfppInputError, match=r"global_batch_size.*a number of responses > 0 \(or None\)"):
+        losses.response_mean(b["adv"], b["mask"], global_batch_size="eight")
+
+
 @pytest.mark.parametrize("garbage", [math.nan, math.inf, -math.inf, 1e30])
 def test_masked_garbage_does_not_reach_our_policy_loss_or_its_gradient(garbage):
     from verl_rfpp.plugin import rfpp_policy_loss
