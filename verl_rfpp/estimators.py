@@ -137,7 +137,7 @@ class Segments(NamedTuple):
 
     def sums(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Per segment, the float64 sum of each ``(bs,)`` vector in ``values`` (0 for an empty segment)."""
-        stacked = torch.stack(values, dim=1)[self.order]
+        stacked = torch.stack(values, dim=1).index_select(0, self.order)  # not [order]: 40 ms at 4096 rows here
         return torch.segment_reduce(stacked, "sum", lengths=self.lengths, unsafe=True, initial=0.0).unbind(dim=1)
 
 
