@@ -332,6 +332,18 @@ def test_repeated_calls_on_hundreds_of_rows_give_identical_bits(gamma, device):
                 assert torch.equal(a, b)
 
 
+def test_sessions_with_padding_rows_of_their_own_uid_last(device):
+    """Padding rows under a uid of their own, placed last and without a session label, form a group
+    with no session: the group sums still have one entry per group (a mutant that sized them by the
+    largest code present failed with an IndexError) and the result is the reference's."""
+    rewards, mask, uids = make_batch(13, prompts=4, padding_rows=3, dtype=torch.float64)
+    sessions = [None if uid == "pad" else f"{uid}-{row % 2}" for row, uid in enumerate(uids)]
+    result = reinforce_plus_plus_baseline(rewards.to(device), mask.to(device), uids, session=sessions)
+    expected_advantages, expected_raw = reference.session_baseline(rewards, mask, list(uids), sessions)
+    assert relative_error(result.returns, expected_raw) <= 1e-12
+    assert relative_error(result.advantages, expected_advantages) <= 1e-12
+
+
 def test_group_sums_run_in_row_order(device):
     """docs/contract.md section 3.8: ``C_i`` is ``R_i`` minus the group total summed in row order
     (a float64 left-to-right sum, the same bits as Python's) over the group's size, on every device.
