@@ -332,6 +332,20 @@ def test_repeated_calls_on_hundreds_of_rows_give_identical_bits(gamma, device):
                 assert torch.equal(a, b)
 
 
+def test_group_centered_rewards_of_float32_scores_are_float64(device):
+    """``group_centered_rewards`` widens its scores to float64 before the group means (contract 3.2,
+    4.4): float32 scores give the float64 result of their exact values."""
+    scores = torch.tensor([1.0, 1e-4, 3.0, 1e8, 1e8 + 8.0, 7.0], dtype=torch.float32)
+    lengths = torch.tensor([3, 1, 2, 4, 5, 0])
+    uids = ["a", "a", "a", "b", "b", "b"]
+    centered = group_centered_rewards(scores.to(device), lengths.to(device), uids)
+    assert centered.dtype == torch.float64
+    wide = scores.double().tolist()
+    mean_a, mean_b = sum(wide[:3]) / 3, (wide[3] + wide[4]) / 2
+    assert centered.cpu().tolist() == [wide[0] - mean_a, wide[1] - mean_a, wide[2] - mean_a,
+                                       wide[3] - mean_b, wide[4] - mean_b, 0.0]
+
+
 def test_sessions_with_padding_rows_of_their_own_uid_last(device):
     """Padding rows under a uid of their own, placed last and without a session label, form a group
     with no session: the group sums still have one entry per group (a mutant that sized them by the
