@@ -52,9 +52,9 @@ def _reference_terms(b, log_prob, eps_low=EPS, eps_high=EPS):
         for t in range(length):
             rho = torch.exp(log_prob[i, t] - b["old"][i, t])
             a = b["adv"][i, t]
-            value = reference.clipped_surrogate(log_prob[i, t], b["old"][i, t], a, eps_low, eps_high)
+            value = reference.clipped_surrogate(log_prob[i, t].detach(), b["old"][i, t], a, eps_low, eps_high)
             # where the clip binds (the reference took the clipped term) the token loss is a constant
-            unclipped = -math.exp(float(log_prob[i, t] - b["old"][i, t])) * float(a)
+            unclipped = -math.exp(float(log_prob[i, t].detach() - b["old"][i, t])) * float(a)
             policy[i].append(-rho * a if value == unclipped else torch.tensor(value, dtype=torch.float64))
             k2[i].append(reference.k2(log_prob[i, t], b["ref"][i, t]))
     mask = b["mask"].tolist()

@@ -87,6 +87,18 @@ def test_row_constant_normalization_counts_every_valid_token(seed, device):
     assert abs(stats.normalized_std.item() - 1.0) <= 1e-12
 
 
+@pytest.mark.parametrize("spread,expected_std", [(0.0, 0.0), (1e-5, 0.1)])
+def test_floored_variance_reports_the_normalized_std_below_one(spread, expected_std, device):
+    """docs/contract.md sections 4.3 and 7: when the floor replaces the variance (var < 1e-8) the
+    output's std is ``sqrt(var / 1e-8)``, below 1 (0 for equal values): the statistics say so (a
+    mutant that clamped the measured std at 1 survived the suite)."""
+    values = torch.tensor([[1.0 - spread, 1.0 + spread, 7.0]], dtype=torch.float64, device=device)
+    mask = torch.tensor([[1.0, 1.0, 0.0]], device=device)
+    _, stats = masked_global_normalize(values, mask)
+    assert stats.variance_floored.item() == 1.0
+    assert abs(stats.normalized_std.item() - expected_std) <= 1e-9
+
+
 def test_row_constant_mean_is_corrected_to_the_last_bit():
     """The two-pass mean of docs/contract.md section 4.4: ``raw_mean`` is within one ulp of the
     exact token-weighted mean (rational arithmetic) on 3000 rows whose float64 total rounds many
