@@ -11,12 +11,14 @@ synchronizes the device, and the peak extra memory is the CUDA allocator's peak.
 
     python benchmarks/bench_estimators.py                  # full grid, up to 8192 x 8192
     python benchmarks/bench_estimators.py --quick          # seconds
+    python benchmarks/bench_estimators.py --sizes 1024x4096,4096x8192   # some sizes of the full grid
     python benchmarks/bench_estimators.py --device cuda    # on the GPU
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
 import statistics
@@ -30,8 +32,11 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
 from verl_rfpp import passes, reinforce_plus_plus, reinforce_plus_plus_baseline
+from verl_rfpp.estimators import Segments
 
 SAMPLES_PER_PROMPT = 8
+GAMMA = 0.99  # the discounted REINFORCE++ row: the gamma < 1 path (docs/contract.md section 2)
+DISCOUNTED = f"reinforce_plus_plus g={GAMMA}"
 
 
 def make_inputs(batch: int, length: int, dtype: torch.dtype, seed: int = 0):
@@ -51,6 +56,13 @@ def float64_truth(name: str, rewards: torch.Tensor, mask: torch.Tensor, uids) ->
     r = torch.where(mask.bool(), rewards.double(), 0.0)
     if name == "reinforce_plus_plus":
         raw = r.flip(1).cumsum(1).flip(1) * mask
+    elif name == DISCOUNTED:
+        raw = torch.empty_like(r)
+        running = torch.zeros_like(r[:, 0])
+        for t in range(r.shape[1] - 1, -1, -1):  # G_t = r_t + gamma * G_(t+1), by position
+            running = r[:, t] + GAMMA * running
+            raw[:, t] = running
+        raw = raw * mask
     else:
         _, codes = np.unique(uids, return_inverse=True)
         codes = torch.from_numpy(codes).to(r.device)
@@ -90,9 +102,21 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(field)
 
 
+def _release_free_heap() -> bool:
+    """Give the heap's free pages back to the kernel (glibc ``malloc_trim``), so that what ``fn``
+    allocates shows in the RSS: without it, buffers freed by the previous call (glibc keeps large
+    freed chunks once its mmap threshold has grown) are reused without raising the RSS, and the
+    growth minus the returned outputs came out negative."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: no way to release them
+        return False
+    return True
+
+
 def peak_extra_bytes(fn, device: torch.device) -> float:
     """Peak memory growth during ``fn`` minus what it returns: the process's RSS on the CPU (NaN
-    where its peak cannot be reset), the CUDA allocator's peak on a GPU."""
+    where its peak cannot be reset or the heap's free pages released), the CUDA allocator's peak on a GPU."""
     if device.type == "cuda":
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -103,6 +127,8 @@ def peak_extra_bytes(fn, device: torch.device) -> float:
         return float(torch.cuda.max_memory_allocated(device) - before - returned)
     try:
         with open("/proc/self/clear_refs", "w") as clear:
+            if not _release_free_heap():
+                return float("nan")
             clear.write("5")
     except OSError:
         return float("nan")
@@ -116,11 +142,14 @@ def peak_extra_bytes(fn, device: torch.device) -> float:
 def run(grid, dtypes, repeats, device: torch.device):
     ours = {
         "reinforce_plus_plus": lambda r, m, u: reinforce_plus_plus(r, m, {"gamma": 1.0})[:2],
+        DISCOUNTED: lambda r, m, u: reinforce_plus_plus(r, m, {"gamma": GAMMA})[:2],
         "reinforce_plus_plus_baseline": lambda r, m, u: reinforce_plus_plus_baseline(r, m, u)[:2],
     }
     verls = {
         "reinforce_plus_plus": lambda r, m, u: core_algos.compute_reinforce_plus_plus_outcome_advantage(
             token_level_rewards=r, response_mask=m, config=OmegaConf.create({"gamma": 1.0})),
+        DISCOUNTED: lambda r, m, u: core_algos.compute_reinforce_plus_plus_outcome_advantage(
+            token_level_rewards=r, response_mask=m, config=OmegaConf.create({"gamma": GAMMA})),
         "reinforce_plus_plus_baseline": lambda r, m, u: (
             core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
                 token_level_rewards=r, response_mask=m, index=u)),
@@ -130,7 +159,7 @@ def run(grid, dtypes, repeats, device: torch.device):
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, verl {verl.__version__}, device: {where}, ours: {kernels}")
-    header = (f"{'B x T':>12} {'dtype':>9} {'estimator':>29} {'ours ms':>9} {'verl ms':>9} "
+    header = (f"{'B x T':>12} {'dtype':>9} {'estimator':>32} {'ours ms':>9} {'verl ms':>9} "
               f"{'verl/ours':>9} {'clone-units':>11} {'peak extra (BxT f32)':>20} {'max rel err':>11}")
     print(header)
     print("-" * len(header))
@@ -149,9 +178,42 @@ def run(grid, dtypes, repeats, device: torch.device):
                 truth = float64_truth(name, rewards, mask, uids)
                 error = (advantages.double() - truth).abs().max().item() / truth.abs().max().item()
                 del advantages, truth
-                print(f"{f'{batch} x {length}':>12} {str(dtype).replace('torch.', ''):>9} {name:>29} "
+                print(f"{f'{batch} x {length}':>12} {str(dtype).replace('torch.', ''):>9} {name:>32} "
                       f"{ours_time * 1e3:9.1f} {verl_time * 1e3:9.1f} {verl_time / ours_time:9.1f} "
                       f"{ours_time / clone:11.1f} {extra:20.2f} {error:11.1e}", flush=True)
+
+
+def group_sums(batches, repeats, device: torch.device) -> None:
+    """The baseline's group sums (docs/contract.md section 3.8), one line per batch size: ours (rows
+    sorted by group on the host, then ``segment_reduce``: the same bits on every call and device)
+    against ``index_add_`` (atomics on CUDA: order-dependent last bits), both for the two float64
+    sums the baseline takes per group, in one run."""
+    for batch in batches:
+        g = torch.Generator().manual_seed(batch)
+        codes = torch.randperm(batch, generator=g) // SAMPLES_PER_PROMPT
+        groups = -(-batch // SAMPLES_PER_PROMPT)
+        first, second = torch.randn(2, batch, generator=g, dtype=torch.float64).to(device)
+        on_device = codes.to(device)
+
+        def atomics(groups=groups, codes=on_device, first=first, second=second):
+            zeros = torch.zeros(groups, dtype=torch.float64, device=device)
+            return zeros.index_add(0, codes, first), zeros.index_add(0, codes, second)
+
+        segment = median_time(lambda: Segments.of(codes, groups, device).sums(first, second), repeats, device)  # noqa: B023
+        atomic = median_time(atomics, repeats, device)
+        print(f"group sums, {batch} rows in {groups} groups, float64 x 2: segment sums {segment * 1e3:.3f} ms, "
+              f"index_add_ {atomic * 1e3:.3f} ms, segment/index_add_ {segment / atomic:.1f}", flush=True)
+
+
+def _sizes(text: str) -> list[tuple[int, int]]:
+    """``--sizes``: ``BxT`` pairs of positive integers, comma-separated."""
+    try:
+        sizes = [tuple(int(n) for n in item.lower().split("x")) for item in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(len(size) != 2 or min(size) < 1 for size in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected BxT pairs of positive integers, e.g. 1024x4096,4096x8192")
+    return sizes
 
 
 def main() -> None:
@@ -159,6 +221,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a small grid that runs in seconds")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="where the tensors live: cpu (default), cuda, cuda:1, ...")
+    parser.add_argument("--sizes", type=_sizes, default=None, metavar="BxT[,BxT...]",
+                        help="sizes B x T instead of the full grid's four, e.g. 1024x4096,4096x8192")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -166,9 +230,10 @@ def main() -> None:
     if args.quick:
         grid, dtypes, repeats = [(64, 256), (256, 512)], [torch.float32, torch.bfloat16], 2
     else:
-        grid = [(1024, 4096), (4096, 8192), (8192, 8192), (256, 32768)]
+        grid = args.sizes or [(1024, 4096), (4096, 8192), (8192, 8192), (256, 32768)]
         dtypes, repeats = [torch.float32, torch.bfloat16], args.repeats
     run(grid, dtypes, repeats, device)
+    group_sums(sorted({batch for batch, _ in grid}), max(repeats, 20), device)
 
 
 if __name__ == "__main__":

@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # What a GPU adds to the CPU test suite, in one run of under 10 minutes on a machine with one GPU,
 # with no downloads (docs/performance.md, "On a GPU"):
-#   1. the numerical test modules on cuda tensors against the float64 reference, same tolerances;
+#   1. each numerical test module, in a process of its own, on cuda tensors against the float64
+#      reference, same tolerances (a device-side assert ends its own module only);
 #   2. the global normalization and both estimators through a torch.distributed process group of
 #      one rank with the NCCL backend (the package's process_group path);
 #   3. benchmarks/bench_estimators.py on cuda tensors: ours against verl's built-ins, absolute times.
 # Every step runs under its own time limit; the script prints a summary and exits 1 if any step
-# failed (2 on a usage error). `--device cpu` runs the same steps on the CPU (gloo instead of
-# NCCL): a dry run of the script itself; add `--quick` for a few tests and the quick benchmark grid.
+# failed (2 on a usage error or a missing requirement). `--device cpu` runs the same steps on the
+# CPU (gloo instead of NCCL; the numba kernels and the torch operations): a dry run of the script
+# itself; add `--quick` for a few tests and the quick benchmark grid.
 set -u
 
 usage() {
     cat <<'EOF'
 usage: benchmarks/gpu_check.sh [--device cuda|cpu] [--quick] [--help]
 
-  --device cuda   (default) run the checks on the GPU: the numerical test modules on cuda, the
-                  normalization over one NCCL rank, the estimator benchmark on cuda tensors
+  --device cuda   (default) run the checks on the GPU: each numerical test module on cuda in a
+                  process of its own, the normalization over one NCCL rank, the estimator benchmark
   --device cpu    the same steps on the CPU (gloo instead of NCCL): a dry run of this script
   --quick         a few tests and the benchmark's quick grid (seconds, not minutes)
   --help          this text
 
-Environment: PYTHON (default: python) runs every step. Exit status: 0 when every step passed,
-1 when one failed, 2 on a usage error or when --device cuda finds no GPU.
+Requires verl-rfpp installed with its test extra (pytest, pytest-xdist, hypothesis) in the
+interpreter that runs the steps, torch with CUDA for --device cuda:  pip install -e ".[test]"
+Interpreter: $PYTHON if set, else the active virtual environment's ($VIRTUAL_ENV/bin/python),
+else python3, else python. Exit status: 0 when every step passed, 1 when one failed, 2 on a
+usage error, a missing requirement, or with --device cuda when torch sees no GPU.
 EOF
 }
 
@@ -43,23 +48,74 @@ case "$device" in
     *) echo "gpu_check.sh: --device '$device': use cuda or cpu" >&2; exit 2 ;;
 esac
 
-PYTHON="${PYTHON:-python}"
 cd "$(dirname "$0")/.." || exit 2
 
-if [ "$device" = cuda ] && ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    echo "gpu_check.sh: --device cuda: torch sees no CUDA device here; run with --device cpu for a dry run" >&2
+if [ -z "${PYTHON:-}" ]; then
+    if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+        PYTHON="$VIRTUAL_ENV/bin/python"
+    else
+        PYTHON="$(command -v python3 || command -v python)"
+    fi
+    if [ -z "$PYTHON" ]; then
+        echo "gpu_check.sh: no python3 or python on PATH; set PYTHON to the interpreter verl-rfpp is installed in" >&2
+        exit 2
+    fi
+elif ! command -v "$PYTHON" >/dev/null; then
+    echo "gpu_check.sh: PYTHON=$PYTHON is not a command; set PYTHON to the interpreter verl-rfpp is installed in" >&2
     exit 2
 fi
 
-modules="tests/test_estimators.py tests/test_normalization.py tests/test_losses.py tests/test_inputs.py tests/test_masked_loss_inputs.py"
-# test ids carry the device; on cuda the numba-kernels variant runs the same torch path: left out
-selection="$device and not kernels"
+# What every step imports, checked first by the interpreter that runs them: each missing piece is
+# named with its own error (exit 1); with --device cuda, a torch that sees no GPU says which build
+# it is (exit 3).
+read -r -d '' requirements <<'EOF'
+# gpu_check requirements
+import sys
+
+missing = []
+for module, what in (("torch", "torch"), ("verl", "verl"), ("verl_rfpp", "verl-rfpp"), ("numba", "numba"),
+                     ("pytest", "pytest (test extra)"), ("xdist", "pytest-xdist (test extra; pyproject's addopts)"),
+                     ("hypothesis", "hypothesis (test extra)")):
+    try:
+        __import__(module)
+    except Exception as error:
+        missing.append(f"{what}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+if missing:
+    print("cannot import " + "; ".join(missing))
+    sys.exit(1)
+if sys.argv[1] == "cuda":
+    import torch
+
+    if not torch.cuda.is_available():
+        build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU-only build"
+        print(f"torch {torch.__version__} ({build}) sees no CUDA device")
+        sys.exit(3)
+EOF
+problem="$("$PYTHON" -c "$requirements" "$device" 2>&1)"
+case $? in
+    0) ;;
+    3) echo "gpu_check.sh: --device cuda: $problem; run with --device cpu for a dry run" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: $PYTHON: ${problem##*$'\n'}" >&2
+       echo "gpu_check.sh: install verl-rfpp with its test extra into it: $PYTHON -m pip install -e \".[test]\"" >&2
+       exit 2 ;;
+esac
+
+modules=(test_estimators test_normalization test_losses test_inputs test_masked_loss_inputs)
+limits=(130 40 100 40 50)  # seconds per module; with the two steps below, 9.25 minutes at most in all
+# Test ids carry the device and the passes' implementation. On cuda the numba-kernels variant runs
+# the same torch path (left out); on the CPU both run.
+selection="$device"
+[ "$device" = cuda ] && selection="cuda and not kernels"
 bench_args=(--device "$device" --repeats 3)
-limits=(270 60 240)  # 9.5 minutes at most in all
-if [ "$quick" = 1 ]; then
-    modules="tests/test_normalization.py"
-    selection="$device and not kernels and matches_reference"
+rank_limit=45
+bench_limit=150
+if [ "$quick" = 1 ]; then  # a dry run: generous limits for a loaded machine
+    modules=(test_normalization test_estimators)
+    limits=(240 240)
+    selection="$selection and (matches_reference or identical_bits or nan_in_a_masked)"
     bench_args=(--device "$device" --quick)
+    rank_limit=120
+    bench_limit=240
 fi
 
 backend=nccl
@@ -78,7 +134,7 @@ import torch.distributed as dist
 sys.path.insert(0, "tests")
 import reference  # noqa: E402
 from batches import make_batch  # noqa: E402
-from verl_rfpp import masked_global_normalize, reinforce_plus_plus, reinforce_plus_plus_baseline  # noqa: E402
+from verl_rfpp import masked_global_normalize, passes, reinforce_plus_plus, reinforce_plus_plus_baseline  # noqa: E402
 
 backend, device = sys.argv[1], torch.device(sys.argv[2])
 with tempfile.NamedTemporaryFile() as rendezvous:
@@ -98,7 +154,8 @@ with tempfile.NamedTemporaryFile() as rendezvous:
         expected = reference.reinforce_plus_plus_baseline(rewards, mask, list(uids))[0]
         worst = max(worst, (advantages.cpu() - expected).abs().max().item())
     dist.destroy_process_group()
-print(f"one {backend} rank on {device}: max |error| against the float64 reference {worst:.1e}")
+implementation = "numba CPU kernels" if passes.uses_cpu_kernels(torch.empty(0, device=device)) else "torch operations"
+print(f"one {backend} rank on {device} ({implementation}): max |error| against the float64 reference {worst:.1e}")
 sys.exit(0 if worst <= 1e-12 else 1)
 EOF
 
@@ -117,15 +174,17 @@ run_step() {  # run_step NAME LIMIT COMMAND...
     if [ $status -eq 0 ]; then results+=(PASS); else results+=("FAIL (exit $status)"); fi
 }
 
-# shellcheck disable=SC2086  # $modules is a list of paths
-run_step "numerical tests on $device" "${limits[0]}" "$PYTHON" -m pytest -q -p no:cacheprovider $modules -k "$selection"
-run_step "normalization over one $backend rank" "${limits[1]}" "$PYTHON" -c "$one_rank" "$backend" "$device"
-run_step "bench_estimators on $device" "${limits[2]}" "$PYTHON" benchmarks/bench_estimators.py "${bench_args[@]}"
+for i in "${!modules[@]}"; do  # one process per module
+    run_step "tests/${modules[$i]}.py on $device" "${limits[$i]}" \
+        "$PYTHON" -m pytest -q -p no:cacheprovider "tests/${modules[$i]}.py" -k "$selection"
+done
+run_step "normalization over one $backend rank" "$rank_limit" "$PYTHON" -c "$one_rank" "$backend" "$device"
+run_step "bench_estimators on $device" "$bench_limit" "$PYTHON" benchmarks/bench_estimators.py "${bench_args[@]}"
 
 echo "=== summary (device $device$([ "$quick" = 1 ] && echo ", quick"))"
 failed=0
 for i in "${!names[@]}"; do
-    printf '%-40s %-16s %5ss\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"
+    printf '%-48s %-16s %5ss\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"
     [ "${results[$i]}" = PASS ] || failed=1
 done
 exit $failed

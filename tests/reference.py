@@ -115,6 +115,15 @@ def k2(logp, ref_logp):
     return 0.5 * (logp - ref_logp) ** 2
 
 
+def clipped_surrogate(log_prob, old_log_prob, advantage, eps_low, eps_high):
+    """docs/contract.md section 5.1 for one token, in float64: with ``rho = exp(logp - logp_old)``
+    (log ratio bounded to [-20, 20]), ``max(-rho * A, -clip(rho, 1 - eps_low, 1 + eps_high) * A)``."""
+    rho = math.exp(min(max(float(log_prob) - float(old_log_prob), -20.0), 20.0))
+    a = float(advantage)
+    clipped = min(max(rho, 1.0 - eps_low), 1.0 + eps_high)
+    return max(-rho * a, -clipped * a)
+
+
 def response_mean(loss, mask):
     """docs/contract.md section 5: mean over the valid tokens of each response, then over the
     responses with a valid token."""

@@ -57,8 +57,9 @@ def timing_rows(timings: str) -> dict[str, str]:
 def gpu_check_limits(script: str) -> str:
     """A figure the code enforces rather than measures: benchmarks/gpu_check.sh's time limits, in
     all, as the README words them."""
-    (limits,) = re.findall(r"(?m)^limits=\(([\d ]+)\)", script)
-    return f"the time limits add up to {sum(map(int, limits.split())) / 60:g} minutes"
+    limits = [*map(int, re.findall(r"(?m)^limits=\(([\d ]+)\)", script)[0].split()),
+              *(int(re.findall(rf"(?m)^{name}=(\d+)$", script)[0]) for name in ("rank_limit", "bench_limit"))]
+    return f"the time limits add up to {sum(limits) / 60:g} minutes"
 
 
 def durations_without_a_measurement(readme: str, figures: list[str]) -> list[str]:
@@ -107,7 +108,8 @@ def test_readers_catch_a_narrowed_range_and_an_unmeasured_duration() -> None:
         benchmark_rows(table.replace(" 47.0 4.7", " 47.0 9.9"))  # a ratio that is not verl / ours
     measured = timing_rows("| command | measured |\n| --- | --- |\n| `verl-rfpp demo` | 96-118 s |\n")
     assert measured == {"verl-rfpp demo": "96-118 s"}
-    limits = gpu_check_limits("x=1\nlimits=(270 60 240)  # in all\n")
+    limits = gpu_check_limits("x=1\nlimits=(270 60 120)  # per module\nrank_limit=45\nbench_limit=75\n"
+                              "limits=(1 1)\nrank_limit=9\n")  # the first of each: the real check's
     assert limits == "the time limits add up to 9.5 minutes"
     readme = "the demo (96-118 s), about 80 s, 20 minutes, the time limits add up to 9.5 minutes"
     assert durations_without_a_measurement(readme, [*measured.values(), limits]) == ["80 s", "20 minutes"]

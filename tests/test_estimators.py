@@ -20,6 +20,8 @@ from verl_rfpp import (
     RfppInputError,
     compute_reinforce_plus_plus_advantage,
     compute_reinforce_plus_plus_baseline_advantage,
+    discounted_returns,
+    group_centered_rewards,
     masked_global_normalize,
     reinforce_plus_plus,
     reinforce_plus_plus_baseline,
@@ -216,6 +218,31 @@ def test_garbage_in_masked_positions_changes_nothing(seed, garbage, dtype, mask_
     assert (polluted.advantages[~mask.bool()] == 0).all() and (polluted.returns[~mask.bool()] == 0).all()
 
 
+@pytest.mark.parametrize("length", [24, 300], ids=["one-chunk", "three-chunks"])
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_nan_in_a_masked_slot_of_every_returns_path(gamma, length, passes_implementation, device):
+    """Deterministic: NaN in an interior hole, in the padding after a response and in a padding row,
+    on each path of the returns (numba kernel or torch; the reversed cumulative sum for gamma = 1,
+    the blocked recurrence for gamma < 1, over one chunk or several): the returns equal the
+    reference's, and the bits of the same batch with zeros there."""
+    rewards, mask, _ = make_batch(21, prompts=3, max_samples=3, length=length, dtype=torch.float64)
+    row = int(mask.sum(dim=1).argmax())
+    last = int(mask[row].nonzero().max())
+    mask[row, last // 2] = 0.0  # an interior hole
+    dirty = torch.where(mask.bool(), rewards, 0.0)
+    dirty[row, last // 2] = math.nan
+    if last + 1 < length:
+        dirty[row, last + 1:] = math.nan
+    dirty[-1] = math.nan  # a padding row
+    clean = torch.where(mask.bool(), rewards, 0.0)
+    rewards, dirty, mask = clean.to(device), dirty.to(device), mask.to(device)
+    ours = discounted_returns(dirty, mask, gamma)
+    assert torch.isfinite(ours).all()
+    assert torch.equal(ours, discounted_returns(rewards, mask, gamma))
+    assert relative_error(ours, reference.returns_by_recurrence(clean, mask.cpu(), gamma)) <= 1e-12
+    assert torch.equal(reinforce_plus_plus(dirty, mask, {"gamma": gamma}).returns, ours)
+
+
 LAYOUTS = st.sampled_from(["contiguous", "transposed", "strided"])
 
 
@@ -283,6 +310,71 @@ def test_row_blocks_on_threads_give_identical_bits(passes_implementation, monkey
         for a, b in zip([one.advantages, one.returns, *one.stats], [other.advantages, other.returns, *other.stats],
                         strict=True):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_repeated_calls_on_hundreds_of_rows_give_identical_bits(gamma, device):
+    """docs/contract.md section 3.8: no output depends on the order a device accumulates in (CUDA's
+    ``index_add_`` atomics did, above a few rows); every output and statistic, five calls in a row."""
+    rewards, mask, uids = make_batch(11, prompts=120, max_samples=7, length=48, padding_rows=6)
+    assert len(uids) >= 300
+    sessions = [f"{uid}-{row % 2}" for row, uid in enumerate(uids)]
+    rewards, mask = rewards.to(device), mask.to(device)
+    calls = [lambda: reinforce_plus_plus(rewards, mask, {"gamma": gamma}),
+             lambda: reinforce_plus_plus_baseline(rewards, mask, uids),
+             lambda: reinforce_plus_plus_baseline(rewards, mask, uids, session=sessions)]
+    for call in calls:
+        first = call()
+        for _ in range(4):
+            again = call()
+            for a, b in zip([first.advantages, first.returns, *first.stats],
+                            [again.advantages, again.returns, *again.stats], strict=True):
+                assert torch.equal(a, b)
+
+
+def test_group_centered_rewards_of_float32_scores_are_float64(device):
+    """``group_centered_rewards`` widens its scores to float64 before the group means (contract 3.2,
+    4.4): float32 scores give the float64 result of their exact values."""
+    scores = torch.tensor([1.0, 1e-4, 3.0, 1e8, 1e8 + 8.0, 7.0], dtype=torch.float32)
+    lengths = torch.tensor([3, 1, 2, 4, 5, 0])
+    uids = ["a", "a", "a", "b", "b", "b"]
+    centered = group_centered_rewards(scores.to(device), lengths.to(device), uids)
+    assert centered.dtype == torch.float64
+    wide = scores.double().tolist()
+    mean_a, mean_b = sum(wide[:3]) / 3, (wide[3] + wide[4]) / 2
+    assert centered.cpu().tolist() == [wide[0] - mean_a, wide[1] - mean_a, wide[2] - mean_a,
+                                       wide[3] - mean_b, wide[4] - mean_b, 0.0]
+
+
+def test_sessions_with_padding_rows_of_their_own_uid_last(device):
+    """Padding rows under a uid of their own, placed last and without a session label, form a group
+    with no session: the group sums still have one entry per group (a mutant that sized them by the
+    largest code present failed with an IndexError) and the result is the reference's."""
+    rewards, mask, uids = make_batch(13, prompts=4, padding_rows=3, dtype=torch.float64)
+    sessions = [None if uid == "pad" else f"{uid}-{row % 2}" for row, uid in enumerate(uids)]
+    result = reinforce_plus_plus_baseline(rewards.to(device), mask.to(device), uids, session=sessions)
+    expected_advantages, expected_raw = reference.session_baseline(rewards, mask, list(uids), sessions)
+    assert relative_error(result.returns, expected_raw) <= 1e-12
+    assert relative_error(result.advantages, expected_advantages) <= 1e-12
+
+
+def test_group_sums_run_in_row_order(device):
+    """docs/contract.md section 3.8: ``C_i`` is ``R_i`` minus the group total summed in row order
+    (a float64 left-to-right sum, the same bits as Python's) over the group's size, on every device.
+    The rows are shuffled and span magnitudes, so another order of addition changes the last bits."""
+    g = torch.Generator().manual_seed(5)
+    rows = 400
+    scores = torch.randn(rows, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-8, 9, (rows,), generator=g)
+    lengths = torch.randint(0, 3, (rows,), generator=g)
+    uids = torch.randint(0, 23, (rows,), generator=g).tolist()
+    members: dict = {}
+    for row, uid in enumerate(uids):
+        if lengths[row] > 0:
+            members.setdefault(uid, []).append(float(scores[row]))
+    expected = [float(scores[row]) - sum(members[uid]) / len(members[uid])
+                if lengths[row] > 0 and len(members[uid]) > 1 else 0.0 for row, uid in enumerate(uids)]
+    centered = group_centered_rewards(scores.to(device), lengths.to(device), uids)
+    assert centered.cpu().tolist() == expected
 
 
 # --- precision ----------------------------------------------------------------------------------

@@ -426,18 +426,6 @@ def test_other_policy_losses_keep_verl_own_denominator(runs):
     assert runs["empty_vanilla"].steps[0]["global_batch_size"] == 12
 
 
-def test_response_count_reads_padded_and_nested_masks():
-    from verl_rfpp.losses import responses_with_valid_tokens
-
-    padded = torch.tensor([[1, 1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0]])
-    nested = torch.nested.as_nested_tensor(
-        [torch.tensor([1, 1]), torch.tensor([0]), torch.tensor([0, 0, 1]), torch.tensor([], dtype=torch.int64)],
-        layout=torch.jagged)
-    assert int(responses_with_valid_tokens(padded)) == 2
-    assert int(responses_with_valid_tokens(nested)) == 2
-    assert int(responses_with_valid_tokens(padded.bool())) == 2
-
-
 def test_each_optimizer_step_gets_its_own_mini_batch_over_epochs(runs):
     scenario = runs["epochs"]
     assert len(scenario.steps) == 4  # 2 mini-batches x 2 epochs

@@ -35,15 +35,16 @@ def _batch(seed=0, rows=6, length=10, prompt=3):
                 lengths=lengths, prompt=prompt)
 
 
-def _reference_loss(b, log_prob):
+def _reference_loss(b, log_prob, eps_low=EPS, eps_high=EPS):
     """float64, token by token (docs/contract.md sections 5 and 3):
     response_mean(clip) + 0.01 * response_mean(k2)."""
-    policy, k2 = _reference_terms(b, log_prob)
+    policy, k2 = _reference_terms(b, log_prob, eps_low, eps_high)
     return policy + KL_COEF * k2
 
 
-def _reference_terms(b, log_prob):
-    """The two terms of ``_reference_loss``: ``(response_mean(clip), response_mean(k2))``."""
+def _reference_terms(b, log_prob, eps_low=EPS, eps_high=EPS):
+    """The two terms of ``_reference_loss``: ``(response_mean(clip), response_mean(k2))``; ``log_prob``
+    may require grad (the clip's value from ``reference.clipped_surrogate``, its gradient from ``rho``)."""
     rows, length = b["mask"].shape
     policy, k2 = [], []
     for i in range(rows):
@@ -51,8 +52,10 @@ def _reference_terms(b, log_prob):
         for t in range(length):
             rho = torch.exp(log_prob[i, t] - b["old"][i, t])
             a = b["adv"][i, t]
-            clipped = torch.clamp(rho, 1 - EPS, 1 + EPS)
-            policy[i].append(torch.maximum(-rho * a, -clipped * a))
+            value = reference.clipped_surrogate(log_prob[i, t].detach(), b["old"][i, t], a, eps_low, eps_high)
+            # where the clip binds (the reference took the clipped term) the token loss is a constant
+            unclipped = -math.exp(float(log_prob[i, t].detach() - b["old"][i, t])) * float(a)
+            policy[i].append(-rho * a if value == unclipped else torch.tensor(value, dtype=torch.float64))
             k2[i].append(reference.k2(log_prob[i, t], b["ref"][i, t]))
     mask = b["mask"].tolist()
     return reference.response_mean(policy, mask), reference.response_mean(k2, mask)
@@ -83,9 +86,9 @@ def _on(b, device):
     return {key: (value.to(device) if torch.is_tensor(value) else value) for key, value in b.items()}
 
 
-def _verl_inputs(b, log_prob):
+def _verl_inputs(b, log_prob, global_batch_size=True):
     """A TensorDict as verl's engine hands it to ppo_loss, with the model's no-padding output,
-    on the batch's device."""
+    on the batch's device; ``global_batch_size=False`` leaves verl's row count out."""
     import verl.utils.tensordict_utils as tu
 
     rows, length = b["mask"].shape
@@ -104,7 +107,9 @@ def _verl_inputs(b, log_prob):
         },
         batch_size=[rows],
     )
-    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(b["mask"].bool().sum()), global_batch_size=rows)
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(b["mask"].bool().sum()))
+    if global_batch_size:
+        tu.assign_non_tensor(data, global_batch_size=rows)
     pieces = []  # log-probs are shifted left by one: position p predicts token p + 1
     for i in range(rows):
         n = int(b["lengths"][i])
@@ -135,6 +140,106 @@ def test_verl_ppo_loss_with_the_recipe_equals_spec(device):
     assert ((ratio > 1 + EPS) & (b["adv"] > 0) & valid).any()
     assert ((ratio < 1 - EPS) & (b["adv"] < 0) & valid).any()
     assert metrics["actor/pg_clipfrac"].aggregate() > 0 and metrics["actor/pg_clipfrac_lower"].aggregate() > 0
+
+
+# --- clip-higher: asymmetric bounds (docs/contract.md section 5.1, rule 6.2.12) --------------------
+
+ASYMMETRIC = [(0.2, 0.28), (0.28, 0.2)]  # both orders: swapped bounds give other numbers
+
+
+def _asymmetric_actor(eps_low, eps_high):
+    return dataclasses.replace(_actor_config(), clip_ratio_low=eps_low, clip_ratio_high=eps_high)
+
+
+def _bands_bind(b, eps_low, eps_high):
+    """Tokens whose loss differs between (eps_low, eps_high) and the swapped bounds: a ratio
+    between the two upper bounds with A > 0, and one between the two lower bounds with A < 0."""
+    valid = b["mask"].bool()
+    ratio = torch.exp(b["log_prob"] - b["old"])
+    low, high = sorted((eps_low, eps_high))
+    upper = (ratio > 1 + low) & (ratio < 1 + high) & (b["adv"] > 0) & valid
+    lower = (ratio < 1 - low) & (ratio > 1 - high) & (b["adv"] < 0) & valid
+    return bool(upper.any()) and bool(lower.any())
+
+
+@pytest.mark.parametrize("eps_low,eps_high", ASYMMETRIC)
+def test_clipped_surrogate_with_asymmetric_bounds_matches_reference(eps_low, eps_high, device):
+    b = _batch(seed=7, rows=12, length=16)
+    assert _bands_bind(b, eps_low, eps_high)
+    on = _on(b, device)
+    loss, diagnostics = losses.clipped_surrogate(on["old"], on["log_prob"], on["adv"], on["mask"], eps_low, eps_high)
+    mask = b["mask"].bool()
+    expected = torch.tensor([[reference.clipped_surrogate(lp, old, a, eps_low, eps_high) if ok else 0.0
+                              for lp, old, a, ok in zip(*rows, strict=True)]
+                             for rows in zip(b["log_prob"].tolist(), b["old"].tolist(), b["adv"].tolist(),
+                                             mask.tolist(), strict=True)], dtype=torch.float64)
+    assert (loss.cpu() - expected).abs().max().item() <= 1e-15
+    ratio = torch.exp(b["log_prob"] - b["old"])
+    upper = (ratio > 1 + eps_high) & (b["adv"] > 0) & mask
+    lower = (ratio < 1 - eps_low) & (b["adv"] < 0) & mask
+    count = int(mask.sum())
+    assert round(diagnostics["pg_clipfrac"].item() * count) == int((upper | lower).sum())
+    assert round(diagnostics["pg_clipfrac_lower"].item() * count) == int(lower.sum()) > 0
+
+
+@pytest.mark.parametrize("eps_low,eps_high", ASYMMETRIC)
+def test_policy_loss_with_asymmetric_bounds_matches_reference(eps_low, eps_high, device):
+    from verl_rfpp.plugin import rfpp_policy_loss
+
+    b = _batch(seed=7, rows=12, length=16)
+    on = _on(b, device)
+    ours_lp = on["log_prob"].clone().requires_grad_(True)
+    loss, _ = rfpp_policy_loss(on["old"], ours_lp, on["adv"], on["mask"], "seq-mean-token-mean",
+                               _asymmetric_actor(eps_low, eps_high), None)
+    loss.backward()
+    ref_lp = b["log_prob"].clone().requires_grad_(True)
+    expected, _ = _reference_terms(b, ref_lp, eps_low, eps_high)
+    expected.backward()
+    assert abs(loss.item() - expected.item()) <= 1e-12 * max(1.0, abs(expected.item()))
+    assert (ours_lp.grad.cpu() - ref_lp.grad).abs().max().item() <= 1e-12
+
+
+@pytest.mark.parametrize("eps_low,eps_high", ASYMMETRIC)
+def test_verl_ppo_loss_with_asymmetric_bounds_matches_reference(eps_low, eps_high, device):
+    from verl.workers.utils.losses import ppo_loss
+
+    b = _batch(seed=7, rows=12, length=16)
+    assert _bands_bind(b, eps_low, eps_high)
+    theirs_lp = b["log_prob"].clone().to(device).requires_grad_(True)
+    data, model_output = _verl_inputs(_on(b, device), theirs_lp)
+    loss, _ = ppo_loss(_asymmetric_actor(eps_low, eps_high), model_output, data)
+    loss.backward()
+    ours_lp = b["log_prob"].clone().requires_grad_(True)
+    expected = _reference_loss(b, ours_lp, eps_low, eps_high)
+    expected.backward()
+    assert abs(loss.item() - expected.item()) <= 1e-12 * max(1.0, abs(expected.item()))
+    assert (theirs_lp.grad.cpu() - ours_lp.grad).abs().max().item() <= 1e-12
+
+
+def test_ppo_kl_is_the_mean_drift_over_valid_tokens_only(device):
+    """``ppo_kl = mean over valid tokens of (logp_old - logp)`` (docs/contract.md section 5.1's
+    diagnostics): masked slots, interior holes and padding rows, add nothing to it (a mutant that
+    gave them a log ratio of 1 survived the suite)."""
+    b = _batch(seed=5, rows=8, length=12)
+    b["mask"][-1] = 0.0  # a padding row
+    on = _on(b, device)
+    _, diagnostics = losses.clipped_surrogate(on["old"], on["log_prob"], on["adv"], on["mask"], EPS, EPS)
+    drifts = [old - lp for row_old, row_lp, row_m in zip(b["old"].tolist(), b["log_prob"].tolist(),
+                                                          b["mask"].tolist(), strict=True)
+              for old, lp, ok in zip(row_old, row_lp, row_m, strict=True) if ok]
+    assert abs(diagnostics["ppo_kl"].item() - sum(drifts) / len(drifts)) <= 1e-12
+
+
+def test_bad_loss_inputs_are_refused_naming_the_argument():
+    """The refusals name what is wrong: the ``old_log_prob`` whose shape is not the mask's, and a
+    ``global_batch_size`` that is not a number of responses."""
+    from verl_rfpp import RfppInputError
+
+    b = _batch()
+    with pytest.raises(RfppInputError, match="old_log_prob"):
+        losses.clipped_surrogate(b["old"][:, :-1], b["log_prob"], b["adv"], b["mask"], EPS, EPS)
+    with pytest.raises(RfppInputError, match=r"global_batch_size.*a number of responses > 0 \(or None\)"):
+        losses.response_mean(b["adv"], b["mask"], global_batch_size="eight")
 
 
 @pytest.mark.parametrize("garbage", [math.nan, math.inf, -math.inf, 1e30])
@@ -307,3 +412,43 @@ def test_policy_loss_refuses_dp_size_zero_from_the_batch_info(dp_size):
     b = _batch()
     with pytest.raises(RfppInputError, match="dp_size"):
         rfpp_policy_loss(b["old"], b["log_prob"], b["adv"], b["mask"], "seq-mean-token-mean", actor, None)
+
+
+# --- the engine's response count (docs/contract.md sections 5.2, 8.3), no process ---------------
+
+
+def test_response_count_reads_padded_and_nested_masks():
+    padded = torch.tensor([[1, 1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0]])
+    nested = torch.nested.as_nested_tensor(
+        [torch.tensor([1, 1]), torch.tensor([0]), torch.tensor([0, 0, 1]), torch.tensor([], dtype=torch.int64)],
+        layout=torch.jagged)
+    assert int(losses.responses_with_valid_tokens(padded)) == 2
+    assert int(losses.responses_with_valid_tokens(nested)) == 2
+    assert int(losses.responses_with_valid_tokens(padded.bool())) == 2
+
+
+@pytest.mark.parametrize("verl_rows", [True, False], ids=["verl-row-count", "no-global-batch-size"])
+@pytest.mark.parametrize("responses", [3, 0])
+def test_engine_divides_the_rfpp_loss_by_responses_not_padding_rows(responses, verl_rows, monkeypatch):
+    """``BaseEngine.train_batch`` as the plugin wraps it, on a mini-batch of 8 rows of which the
+    all-masked ones are padding: the ``rfpp`` loss gets ``global_batch_size = N`` (floored at 1),
+    whether or not verl set its row count; verl's ``vanilla`` loss keeps verl's value."""
+    import verl.utils.device
+    import verl.utils.tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+
+    from verl_rfpp.cpu.platform import PlatformCPU
+    from verl_rfpp.plugin.engine import _counting_responses
+
+    monkeypatch.setattr(verl.utils.device, "get_device_id", PlatformCPU().current_device)
+    b = _mini_batch(responses, 8, seed=4)
+    data, _ = _verl_inputs(b, b["log_prob"], global_batch_size=verl_rows)
+    seen = []
+    train_batch = _counting_responses(
+        lambda self, data, loss_function: seen.append(tu.get_non_tensor_data(data, "global_batch_size", None)))
+    vanilla = dataclasses.replace(_actor_config(), policy_loss=dataclasses.replace(
+        _actor_config().policy_loss, loss_mode="vanilla"))
+    train_batch(None, data, functools.partial(ppo_loss, config=vanilla))
+    train_batch(None, data, functools.partial(ppo_loss, config=_actor_config()))
+    assert seen == [8 if verl_rows else None, max(responses, 1)]
+

@@ -87,6 +87,52 @@ def test_row_constant_normalization_counts_every_valid_token(seed, device):
     assert abs(stats.normalized_std.item() - 1.0) <= 1e-12
 
 
+@pytest.mark.parametrize("spread,expected_std", [(0.0, 0.0), (1e-5, 0.1)])
+def test_floored_variance_reports_the_normalized_std_below_one(spread, expected_std, device):
+    """docs/contract.md sections 4.3 and 7: when the floor replaces the variance (var < 1e-8) the
+    output's std is ``sqrt(var / 1e-8)``, below 1 (0 for equal values): the statistics say so (a
+    mutant that clamped the measured std at 1 survived the suite)."""
+    values = torch.tensor([[1.0 - spread, 1.0 + spread, 7.0]], dtype=torch.float64, device=device)
+    mask = torch.tensor([[1.0, 1.0, 0.0]], device=device)
+    _, stats = masked_global_normalize(values, mask)
+    assert stats.variance_floored.item() == 1.0
+    assert abs(stats.normalized_std.item() - expected_std) <= 1e-9
+
+
+def test_row_constant_mean_is_corrected_to_the_last_bit():
+    """The two-pass mean of docs/contract.md section 4.4: ``raw_mean`` is within one ulp of the
+    exact token-weighted mean (rational arithmetic) on 3000 rows whose float64 total rounds many
+    times; a mutant that subtracted the second pass's correction instead of adding it was 38 ulp off."""
+    from fractions import Fraction
+
+    from verl_rfpp.normalization import normalize_rows
+
+    g = torch.Generator().manual_seed(0)
+    values = (1.0 + 0.1 * torch.randn(3000, generator=g, dtype=torch.float64)) * 1e3
+    lengths = torch.randint(1, 9, (3000,), generator=g)
+    _, stats = normalize_rows(values, lengths)
+    exact = sum(Fraction(v) * n for v, n in zip(values.tolist(), lengths.tolist(), strict=True)) / int(lengths.sum())
+    assert abs(Fraction(stats.raw_mean.item()) - exact) <= math.ulp(float(exact))
+
+
+def test_a_refused_input_joins_the_collective_on_the_inputs_device(device, tmp_path):
+    """docs/contract.md section 4.5, one rank in this process (gloo on the CPU, NCCL on cuda): the
+    refusing rank all-reduces its flag on the device its inputs live on (the good ranks reduce
+    there), then raises its own error naming its rank."""
+    import torch.distributed as dist
+
+    from verl_rfpp import RfppInputError
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        values = torch.ones(2, 3, dtype=torch.float64, device=device)
+        with pytest.raises(RfppInputError, match=r"response_mask.*\[rank 0 of the 1 in the process group"):
+            masked_global_normalize(values, torch.ones(2, 4, device=device), process_group=dist.group.WORLD)
+    finally:
+        dist.destroy_process_group()
+
+
 # --- real torch.distributed gloo groups ---------------------------------------------------------
 
 def _split_rows(values, mask, bounds):

@@ -118,6 +118,29 @@ def _uid_array(index: Any) -> np.ndarray:
     return np.fromiter(index, dtype=object, count=len(index))
 
 
+class Segments(NamedTuple):
+    """Rows sorted by their segment (a group or a session), for sums that do not depend on the order
+    in which a device accumulates (docs/contract.md section 3.8): each segment is summed in row order,
+    one thread per segment on CUDA, so repeated calls give the same bits on every device
+    (``index_add_`` accumulates with atomics on CUDA)."""
+
+    order: torch.Tensor
+    lengths: torch.Tensor
+
+    @classmethod
+    def of(cls, codes: torch.Tensor, count: int, device: torch.device) -> Segments:
+        """The segments of host-side integer ``codes`` in ``[0, count)``, sorted on the host (no device sync)."""
+        codes = codes.numpy()
+        order = np.argsort(codes, kind="stable")
+        lengths = np.bincount(codes, minlength=count)
+        return cls(torch.from_numpy(order).to(device), torch.from_numpy(lengths).to(device))
+
+    def sums(self, *values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per segment, the float64 sum of each ``(bs,)`` vector in ``values`` (0 for an empty segment)."""
+        stacked = torch.stack(values, dim=1).index_select(0, self.order)  # not [order]: 40 ms at 4096 rows here
+        return torch.segment_reduce(stacked, "sum", lengths=self.lengths, unsafe=True, initial=0.0).unbind(dim=1)
+
+
 def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int, np.ndarray]:
     """Integer group ids for the ``uid`` of each row (arbitrary hashable uids, vectorized), their
     number, and which rows have no uid (``None``, NaN)."""
@@ -176,11 +199,10 @@ def group_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index: A
     is_response = lengths > 0
     if missing.any():  # host-side uids; the lengths are read only when a uid is missing
         _refuse_missing_uids(missing, is_response.cpu().numpy())
+    by_group = Segments.of(codes, groups, scores.device)
     codes = codes.to(scores.device)
     scores = scores.to(torch.float64)
-    members = is_response.to(torch.float64)
-    group_size = torch.zeros(groups, dtype=torch.float64, device=scores.device).index_add_(0, codes, members)
-    group_total = torch.zeros_like(group_size).index_add_(0, codes, torch.where(is_response, scores, 0.0))
+    group_size, group_total = by_group.sums(is_response.to(torch.float64), torch.where(is_response, scores, 0.0))
     group_mean = group_total / group_size.clamp(min=1.0)
     centered = scores - group_mean[codes]
     return torch.where(is_response & (group_size[codes] > 1), centered, 0.0)
@@ -205,16 +227,13 @@ def session_centered_rewards(scores: torch.Tensor, lengths: torch.Tensor, index:
         _refuse_missing_sessions(session_missing, responses)
     session_group = _group_of_each_session(codes.numpy(), sessions, session_count, session_missing, index, session)
     device = scores.device
-    codes, sessions, session_group = codes.to(device), sessions.to(device), session_group.to(device)
+    by_session, by_group = Segments.of(sessions, session_count, device), Segments.of(session_group, groups, device)
+    codes = codes.to(device)
     scores = scores.to(torch.float64)
-    members = torch.zeros(session_count, dtype=torch.float64, device=device).index_add_(
-        0, sessions, is_response.to(torch.float64))
-    session_total = torch.zeros_like(members).index_add_(0, sessions, torch.where(is_response, scores, 0.0))
+    members, session_total = by_session.sums(is_response.to(torch.float64), torch.where(is_response, scores, 0.0))
     session_mean = session_total / members.clamp(min=1.0)
     counted = members > 0
-    group_size = torch.zeros(groups, dtype=torch.float64, device=device).index_add_(
-        0, session_group, counted.to(torch.float64))
-    group_total = torch.zeros_like(group_size).index_add_(0, session_group, torch.where(counted, session_mean, 0.0))
+    group_size, group_total = by_group.sums(counted.to(torch.float64), torch.where(counted, session_mean, 0.0))
     baseline = group_total / group_size.clamp(min=1.0)
     return torch.where(is_response, scores - baseline[codes], 0.0)
 

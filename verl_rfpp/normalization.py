@@ -104,14 +104,17 @@ def refuse_on_every_rank(error: BaseException, process_group: Optional[dist.Proc
 
 
 def _collective_device(process_group: dist.ProcessGroup, tensors) -> torch.device:
-    """The device the good ranks all-reduce on: the inputs' (CPU for gloo, the current GPU for nccl)."""
+    """The device the good ranks all-reduce on: their inputs' (docs/contract.md section 4.5). gloo
+    reduces on the CPU; another backend on the first input tensor's device, NCCL on the first CUDA
+    input (the current GPU when the refused input holds none)."""
     backend = str(dist.get_backend(process_group)).lower()
+    if backend == "gloo":
+        return torch.device("cpu")
+    devices = [tensor.device for tensor in tensors if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta"]
     if "nccl" in backend:
-        return torch.device("cuda", torch.cuda.current_device())
-    for tensor in tensors:
-        if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta" and backend != "gloo":
-            return tensor.device
-    return torch.device("cpu")
+        return next((device for device in devices if device.type == "cuda"),
+                    torch.device("cuda", torch.cuda.current_device()))
+    return devices[0] if devices else torch.device("cpu")
 
 
 def normalize_with_sums(
