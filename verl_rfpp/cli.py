@@ -129,7 +129,7 @@ def _unreadable_message(error: validation.UnreadableConfigError, overrides: Sequ
 def _check(args: argparse.Namespace) -> int:
     """Read the runs (a script's main_ppo launches, or overrides), compose verl's config as main_ppo
     would, and print ``verdict.judge``'s verdict for each; the worst exit status."""
-    from verl_rfpp import quiet, scripts
+    from verl_rfpp import scripts
 
     words = list(args.arguments)
     try:
@@ -166,8 +166,6 @@ WORST_FIRST = (2, 3, 1, 0)  # several runs: the exit status is the worst (2: a r
 
 def _check_overrides(args: argparse.Namespace, words: list) -> int:
     """``check [-cp DIR] [-cn NAME] OVERRIDES``: one verdict on the overrides."""
-    from verl_rfpp import quiet
-
     config_path, config_name, overrides = args.config_path, args.config_name, []
     while words:
         word = words.pop(0)
@@ -198,8 +196,7 @@ def _check_overrides(args: argparse.Namespace, words: list) -> int:
 def _print_after(log, verdicts: str) -> None:
     """The line naming check's log of other libraries' messages (when anything went there), then
     the verdicts: a refusal's ``Fix:`` stays the last line."""
-    if log.mention():
-        print(log.mention())
+    _mention(log)
     print(verdicts, end="")
 
 
