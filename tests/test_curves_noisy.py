@@ -60,16 +60,45 @@ def test_data_blocks_are_half_informative_and_fixed_by_the_seed(tmp_path):
         noisy_task.build_data(tmp_path / "d", seed=0, steps=1, noise_std=0.1, batch_prompts=3)
 
 
-def test_reward_is_true_quality_plus_seeded_gaussian_noise():
+def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order():
+    from verl_rfpp.cpu.patches import SESSION_KEY
+
     truth = json.dumps({"quality": {"A": 0.7, "": -1.0}, "noise_std": 0.1, "seed": 5})
-    noisy_task._RNG.clear()
-    draws = torch.tensor([noisy_task.compute_score("x", "A", truth) for _ in range(20_000)], dtype=torch.float64)
-    assert abs(float(draws.mean()) - 0.7) < 0.004 and abs(float(draws.std()) - 0.1) < 0.004
-    noisy_task._RNG.clear()
-    assert noisy_task.compute_score("x", "A", truth) == float(draws[0])  # one generator per run seed
-    assert noisy_task.compute_score("x", "", json.dumps({"quality": {"": -1.0}, "noise_std": 0.0, "seed": 0})) == -1.0
+    sessions = [f"train-3-{index}-{sample}-0" for index in range(2_000) for sample in range(10)]
+    score = lambda session, answer="A", t=truth: noisy_task.compute_score(  # noqa: E731
+        "x", answer, t, extra_info={"index": 1, SESSION_KEY: session})
+    draws = torch.tensor([score(s) for s in sessions], dtype=torch.float64)
+    assert abs(float(draws.mean()) - 0.7) < 0.003 and abs(float(draws.std()) - 0.1) < 0.003
+    shuffled = list(range(0, len(sessions), 7))[::-1]  # another order, fewer calls: the same draw per session
+    assert [score(sessions[i]) for i in shuffled] == [float(draws[i]) for i in shuffled]
+    other_seed = json.dumps({"quality": {"A": 0.7}, "noise_std": 0.1, "seed": 6})
+    assert sum(score(s, t=other_seed) != float(d) for s, d in zip(sessions[:100], draws[:100], strict=True)) == 100
+    assert score("s", "", json.dumps({"quality": {"": -1.0}, "noise_std": 0.0, "seed": 0})) == -1.0
     with pytest.raises(noisy_task.NoisyTaskError, match="'B'"):
-        noisy_task.compute_score("x", "B", truth)
+        score("s", "B")
+    with pytest.raises(noisy_task.NoisyTaskError, match=SESSION_KEY):
+        noisy_task.compute_score("x", "A", truth, extra_info={"index": 1})
+
+
+def test_the_cpu_backend_hands_each_session_its_identity_in_a_copy_of_extra_info():
+    import asyncio
+
+    from verl_rfpp.cpu import patches
+
+    seen = []
+
+    async def original(self, sampling_params, trajectory, **kwargs):
+        seen.append((kwargs["extra_info"], patches.SESSION.get()))
+        return "output"
+
+    wrapped = patches._identified_sessions(original)
+    row = {"index": 4, "kind": "flat"}
+    trajectory = {"step": 3, "sample_index": 4, "rollout_n": 1, "validate": False}
+    assert asyncio.run(wrapped(None, {}, trajectory, extra_info=row, session_id=0)) == "output"
+    (extra_info, session), = seen
+    assert extra_info == {"index": 4, "kind": "flat", patches.SESSION_KEY: "train-3-4-1-0"}
+    assert session == "train-3-4-1-0"
+    assert row == {"index": 4, "kind": "flat"}  # the batch's own row is not changed
 
 
 def test_policy_metrics_by_hand():

@@ -464,17 +464,25 @@ def _curves(args: argparse.Namespace) -> int:
         print(f"verl-rfpp curves needs modules that are not installed ({', '.join(missing)}): "
               "pip install 'verl-rfpp[cpu,curves]'")
         return 2
-    with quiet.quiet("curves", verbose=args.verbose) as log:  # verl's import-time messages
-        from verl_rfpp.curves import noisy, report, runs
+    out = Path(args.out)
+    # verl's import-time messages, and transformers' progress bars and warnings while the tiny
+    # models are built, go to the log (--verbose: to the terminal); the runs reuse the builds
+    with quiet.quiet("curves", verbose=args.verbose, stdout=True) as log:
+        from verl_rfpp.cpu import assets
+        from verl_rfpp.curves import noisy, noisy_task, report, runs
+
+        problem = noisy.problem(args) if args.task == "noisy" else runs.problem(args.methods)
+        if problem is None and args.task == "noisy":
+            noisy_task.build_assets(out / "assets" / "noisy")
+            assets.build_all(out / "assets" / "demo")
+        elif problem is None:
+            assets.build_all(out / "assets")
     _mention(log)
+    if problem:
+        print(problem)
+        return 2
     if args.task == "noisy":
         return noisy.command(args, echo=lambda line: print(line, flush=True))
-    out = Path(args.out)
-    unknown = sorted(set(args.methods or []) - {m.key for m in runs.METHODS})
-    if unknown:
-        print(f"verl-rfpp curves: unknown method(s) {', '.join(unknown)}; choose from "
-              f"{', '.join(m.key for m in runs.METHODS)}")
-        return 2
     methods = [m for m in runs.METHODS if not args.methods or m.key in args.methods]
     print(f"verl-rfpp curves: {len(methods)} methods x {args.seeds} seeds x {args.steps} steps of verl's "
           f"trainer on the CPU; runs in {out / 'runs'}", flush=True)

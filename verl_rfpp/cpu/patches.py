@@ -50,6 +50,7 @@ def _unpinned(original):
 # The identity of the agent-loop session running in this asyncio task (its sample and session), so
 # the hf_cpu server's sampling depends on it alone (docs/cpu-backend.md, "Same seed, same run").
 SESSION = contextvars.ContextVar("verl_rfpp_cpu_session", default=None)
+SESSION_KEY = "rfpp_session"  # the session's identity in the reward function's ``extra_info``
 
 
 def _plain(value) -> str:
@@ -63,12 +64,16 @@ def _identified_sessions(original):
     # verl's agent-loop worker runs each session (a prompt's sample) as a task; verl 0.9.1's v1
     # trainer gives every request of a step the same id (``det-0``: no per-row priority on that
     # path) and the legacy one a per-row id, so the session's identity is taken here: the trainer
-    # step, the prompt's dataset index, its sample number (legacy) and session id (v1).
+    # step, the prompt's dataset index, its sample number (legacy) and session id (v1). The reward
+    # function sees it too, as ``extra_info[SESSION_KEY]`` (a copy of the row's ``extra_info``), so
+    # a reward that draws noise can draw it per session, whatever the order scores are computed in.
     @functools.wraps(original)
     async def run_agent_loop(self, sampling_params, trajectory, *args, **kwargs):
         identity = "-".join(_plain(part) for part in (
             "val" if trajectory.get("validate") else "train", trajectory.get("step"), trajectory.get("sample_index"),
             trajectory.get("rollout_n"), kwargs.get("session_id", 0)))
+        if isinstance(kwargs.get("extra_info"), dict):
+            kwargs["extra_info"] = {**kwargs["extra_info"], SESSION_KEY: identity}
         token = SESSION.set(identity)
         try:
             return await original(self, sampling_params, trajectory, *args, **kwargs)
@@ -188,7 +193,7 @@ TABLE: tuple[Patch, ...] = (
     Patch("CPU backend: agent-loop session identity", AGENT_LOOP, Attribute("AgentLoopWorker._run_agent_loop"),
           _identified_sessions, (Internal(AGENT_LOOP, "AgentLoopWorker._run_agent_loop",
                                           ("self", "sampling_params", "trajectory")),),
-          EVERY_RUN + " (sets a context variable only)"),
+          EVERY_RUN + " (a context variable, and the identity in a copy of the reward's extra_info)"),
     Patch("CPU backend: hf_cpu request ids", LLM_SERVER, Attribute("LLMServerClient._vllm_request_id"),
           _session_request_ids, (Internal(LLM_SERVER, "LLMServerClient._vllm_request_id", ("self", "request_id")),),
           "none: other rollouts' request ids are verl's"),

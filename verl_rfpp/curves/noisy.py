@@ -13,6 +13,7 @@ from typing import Callable, Optional
 from verl_rfpp.cpu import launch, patches
 from verl_rfpp.curves import noisy_task
 from verl_rfpp.curves.runs import METHODS, CurvesError, Method, proof, read_events
+from verl_rfpp.curves.runs import problem as method_problem
 from verl_rfpp.curves.series import band, mean, seed_series, series, std
 
 METHODS_NOISY = tuple(m for key in ("verl_grpo", "ours_baseline", "ours_rfpp", "verl_baseline")
@@ -414,22 +415,26 @@ def write(out: Path, records: list[dict], spec: dict, notes: str = "", control: 
 QUICK = {"steps": 2, "seeds": 1}
 
 
+def problem(args) -> Optional[str]:
+    """Why ``curves --task noisy`` refuses these arguments (unknown methods, a learning rate not
+    above 0, a negative noise std), or None."""
+    if method_problem(args.methods):
+        return method_problem(args.methods)
+    lrs = tuple(args.lrs) if args.lrs else LEARNING_RATES
+    if not (lrs and all(lr > 0 for lr in lrs) and args.noise_std >= 0):  # --steps, --seeds: at parse time
+        return (f"verl-rfpp curves --task noisy: every --lrs value {list(lrs)} must be positive and --noise-std "
+                f"{args.noise_std} non-negative")
+    return None
+
+
 def command(args, echo: Callable[[str], None]) -> int:
-    """``verl-rfpp curves --task noisy``: run (or reuse) every lr x seed x method, then write
-    results.json, the plots and report.md into ``--out``. ``--quick``: 2 steps, 1 seed."""
+    """``verl-rfpp curves --task noisy`` (arguments ``problem`` accepts): run (or reuse) every lr x
+    seed x method, then write results.json, the plots and report.md into ``--out``. ``--quick``:
+    2 steps, 1 seed."""
     out = Path(args.out)
-    unknown = sorted(set(args.methods or []) - {m.key for m in METHODS})
-    if unknown:
-        echo(f"verl-rfpp curves: unknown method(s) {', '.join(unknown)}; choose from "
-             f"{', '.join(m.key for m in METHODS)}")
-        return 2
     methods = tuple(m for m in METHODS if m.key in args.methods) if args.methods else METHODS_NOISY
     steps, seeds = (QUICK["steps"], QUICK["seeds"]) if args.quick else (args.steps, args.seeds)
     lrs = tuple(args.lrs) if args.lrs else LEARNING_RATES
-    if not (lrs and all(lr > 0 for lr in lrs) and args.noise_std >= 0):  # --steps, --seeds: at parse time
-        echo(f"verl-rfpp curves --task noisy: every --lrs value {list(lrs)} must be positive and --noise-std "
-             f"{args.noise_std} non-negative")
-        return 2
     echo(f"verl-rfpp curves --task noisy: {len(methods)} methods x {seeds} seeds x {steps} steps x lr "
          f"{', '.join(f'{lr:g}' for lr in lrs)}, reward noise std {args.noise_std:g}; runs in {out / 'runs'}")
     records = run_all(out, steps, seeds, lrs, methods, args.noise_std, progress=echo)

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import random
-import threading
 from pathlib import Path
 from typing import Optional
 
@@ -107,7 +106,7 @@ def build_assets(root: Path, task_seed: int = 0) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     table = qualities(task_seed)
     answers = [answer_of(tokenizer.decode([token], skip_special_tokens=True)) for token in range(len(tokenizer))]
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype="float32")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
     import torch
 
     rows = []
@@ -164,14 +163,22 @@ def build_data(directory: Path, seed: int, steps: int, noise_std: float, task_se
     return paths
 
 
-_RNG: dict[int, random.Random] = {}
-_RNG_LOCK = threading.Lock()
 _TRUTHS: dict[str, dict] = {}
 
 
+def noise(seed: int, session: str) -> float:
+    """The reward noise of one session: an N(0, 1) draw from a stream seeded by the run seed and the
+    session's identity (``verl_rfpp.cpu.patches``: step, prompt index, sample, session), so a
+    sample's noise does not depend on the order verl scores the samples in, and every method of one
+    seed sees the same noise for the same sample."""
+    return random.Random(f"noisy-reward:{seed}:{session}").gauss(0.0, 1.0)
+
+
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
-    """verl custom reward function: the answer's true quality plus N(0, noise_std^2) noise, fresh
-    per call, from one generator per run seed (verl calls it from a thread pool)."""
+    """verl custom reward function: the answer's true quality plus ``noise_std * noise(seed, session)``,
+    the session read from ``extra_info`` (the CPU backend puts it there)."""
+    from verl_rfpp.cpu.patches import SESSION_KEY
+
     truth = _TRUTHS.get(ground_truth)
     if truth is None:
         truth = _TRUTHS[ground_truth] = json.loads(ground_truth)
@@ -179,10 +186,11 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
     if answer not in truth["quality"]:
         raise NoisyTaskError(f"compute_score: answer {answer!r} (response {solution_str!r}) is not one of the "
                              f"task's answers {sorted(truth['quality'])}; the tokenizer and the data disagree")
-    with _RNG_LOCK:
-        rng = _RNG.setdefault(truth["seed"], random.Random(2_000 + truth["seed"]))
-        noise = rng.gauss(0.0, 1.0)
-    return truth["quality"][answer] + truth["noise_std"] * noise
+    session = (extra_info or {}).get(SESSION_KEY)
+    if session is None:
+        raise NoisyTaskError(f"compute_score: extra_info has no {SESSION_KEY!r} (got keys {sorted(extra_info or {})}); "
+                             "the noisy task runs on the CPU backend, which puts each sample's session there")
+    return truth["quality"][answer] + truth["noise_std"] * noise(truth["seed"], session)
 
 
 def _entropy(probs: list[float]) -> float:

@@ -42,6 +42,14 @@ METHODS = (
 )
 
 
+def problem(keys: Optional[list[str]]) -> Optional[str]:
+    """Why ``curves`` refuses these ``--methods`` keys (one it does not know), or None."""
+    unknown = sorted(set(keys or []) - {m.key for m in METHODS})
+    if not unknown:
+        return None
+    return f"verl-rfpp curves: unknown method(s) {', '.join(unknown)}; choose from {', '.join(m.key for m in METHODS)}"
+
+
 def read_events(directory: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a tensorboard log directory as ``{tag: [(step, value), ...]}``."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
