@@ -283,12 +283,16 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
         f"that token's text ({len(answers)} distinct answers; the special tokens all read as the empty answer). "
         f"True quality: N(0, 1) draws per informative prompt and answer (fixed, task seed {spec['task_seed']}), "
         "0 for every answer of a flat prompt. Observed reward: true quality plus N(0, "
-        f"{noise:g}^2) noise, fresh per sample (a learned reward model's noise), from one generator per run seed. "
+        f"{noise:g}^2) noise, fresh per sample (a learned reward model's noise), drawn from a stream seeded by the "
+        "run seed and the sample's identity (step, prompt, sample), so every method of one seed sees the same "
+        "noise for the same sample. "
         f"Every step trains on {launch.PROMPTS} prompts (2 informative, 2 flat, in an order drawn by the run "
         f"seed; the same order for every method) x {launch.SAMPLES} samples, one optimizer step (Adam), the "
         "validated recipe of each estimator otherwise (KL loss 0.01 for GRPO and the baseline, KL in the reward "
         "for REINFORCE++). The run seed also seeds the rollout's sampling; the model starts from the same "
-        "weights in every run.",
+        "weights in every run. Runs are deterministic "
+        "([same seed, same run](../../cpu-backend.md#same-seed-same-run)): two runs of one seed are the same run, "
+        "bit for bit.",
         "",
         "Measured every step by the CPU backend's metrics probe (`noisy_task.probe`, in verl's driver, "
         "added to the step's metrics): exact functionals of the policy after the step's update (the rollout "
