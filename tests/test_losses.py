@@ -12,7 +12,8 @@ import reference
 import torch
 from tensordict import TensorDict
 
-from verl_rfpp import losses, validation
+from verl_rfpp import validation
+from verl_rfpp.core import losses
 from verl_rfpp.plugin.compose import compose_verl_config
 
 EPS = 0.2

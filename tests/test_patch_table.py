@@ -211,7 +211,7 @@ def _policy_losses():
 def _tracking_log():
     from verl.utils.tracking import Tracking
 
-    from verl_rfpp.metrics import STEP_METRICS
+    from verl_rfpp.core.metrics import STEP_METRICS
 
     STEP_METRICS.drain()  # a GRPO process never ran our estimator: nothing is pending (earlier tests ran it)
     seen = []

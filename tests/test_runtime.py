@@ -11,7 +11,7 @@ import torch
 from batches import make_batch
 
 from verl_rfpp import cli, plugin, validation
-from verl_rfpp.metrics import STEP_METRICS
+from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.plugin.compose import compose_verl_config
 
 

@@ -15,10 +15,10 @@ __version__ = "0.1.0"
 
 _HOMES = {
     "verl_rfpp.errors": ("EmptyPopulationError", "NonFiniteError", "RfppError", "RfppInputError"),
-    "verl_rfpp.estimators": ("EstimatorResult", "compute_reinforce_plus_plus_advantage",
+    "verl_rfpp.core.estimators": ("EstimatorResult", "compute_reinforce_plus_plus_advantage",
                              "compute_reinforce_plus_plus_baseline_advantage", "discounted_returns",
                              "group_centered_rewards", "reinforce_plus_plus", "reinforce_plus_plus_baseline"),
-    "verl_rfpp.normalization": ("VARIANCE_FLOOR", "NormalizationStats", "masked_global_normalize"),
+    "verl_rfpp.core.normalization": ("VARIANCE_FLOOR", "NormalizationStats", "masked_global_normalize"),
     "verl_rfpp.validation": ("ESTIMATOR_NAMES",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from verl_rfpp import losses
+from verl_rfpp.core import losses
 from verl_rfpp.patching import Internal, marked
 from verl_rfpp.plugin.actor_loss import is_rfpp_actor
 from verl_rfpp.plugin.state import logger

@@ -12,9 +12,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from verl_rfpp import estimators, validation
+from verl_rfpp import validation
+from verl_rfpp.core import estimators
+from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.errors import RfppError
-from verl_rfpp.metrics import STEP_METRICS
 from verl_rfpp.patching import Internal
 from verl_rfpp.plugin import sessions
 from verl_rfpp.plugin.state import public

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from verl_rfpp.metrics import STEP_METRICS
+from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.patching import Internal, marked
 
 TRACKING = "verl.utils.tracking"

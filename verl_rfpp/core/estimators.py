@@ -17,9 +17,9 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl_rfpp import inputs, passes
+from verl_rfpp.core import inputs, passes
+from verl_rfpp.core.normalization import NormalizationStats, normalize_rows, normalize_with_sums, refuse_on_every_rank
 from verl_rfpp.errors import NonFiniteError, RfppInputError
-from verl_rfpp.normalization import NormalizationStats, normalize_rows, normalize_with_sums, refuse_on_every_rank
 
 
 class EstimatorResult(NamedTuple):
