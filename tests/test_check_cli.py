@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_rfpp import cli, validation
+from verl_rfpp import cli
+from verl_rfpp.contract import validation
 
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])
 RFPP = list(validation.RECIPES["reinforce_plus_plus"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from checking import check, kl
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.plugin import compose
 
 pytestmark = pytest.mark.slow  # 126 checks and their Fix commands

@@ -24,7 +24,8 @@ from composed import compose
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from verl_rfpp import cli, cluster_doctor, validation
+from verl_rfpp import cli, cluster_doctor
+from verl_rfpp.contract import validation
 from verl_rfpp.cpu import demo
 from verl_rfpp.plugin import verdict
 

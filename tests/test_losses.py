@@ -12,7 +12,7 @@ import reference
 import torch
 from tensordict import TensorDict
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.core import losses
 from verl_rfpp.plugin.compose import compose_verl_config
 

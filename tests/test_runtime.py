@@ -10,7 +10,8 @@ import reference
 import torch
 from batches import make_batch
 
-from verl_rfpp import cli, plugin, validation
+from verl_rfpp import cli, plugin
+from verl_rfpp.contract import validation
 from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.plugin.compose import compose_verl_config
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import verl_rfpp
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.plugin import runtime_env
 from verl_rfpp.plugin.compose import compose_verl_config
 

@@ -9,7 +9,8 @@ import traceback
 import pytest
 import verl.utils.config as verl_config
 
-from verl_rfpp import cli, validation
+from verl_rfpp import cli
+from verl_rfpp.contract import validation
 from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin.table import VALIDATE_CONFIG
 

@@ -16,7 +16,7 @@ import pytest
 from composed import compose
 from omegaconf import DictConfig, OmegaConf
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.plugin.compose import compose_verl_config
 
 RFPP = list(validation.RECIPES["reinforce_plus_plus"])

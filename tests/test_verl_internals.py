@@ -28,7 +28,8 @@ import pytest
 import torch
 import verl  # noqa: F401  (loads the plugin through its entry point)
 
-from verl_rfpp import cli, plugin, validation
+from verl_rfpp import cli, plugin
+from verl_rfpp.contract import validation
 from verl_rfpp.patching import ABSENT, _resolve
 from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin.table import TABLE
@@ -134,7 +135,8 @@ PROBE = r"""
 import json, sys
 import numpy as np, torch
 import verl  # loads the plugin through its entry point
-from verl_rfpp import cli, plugin, validation
+from verl_rfpp import cli, plugin
+from verl_rfpp.contract import validation
 from verl_rfpp.plugin.compose import compose_verl_config
 for module in sys.argv[1:]:
     __import__(module)

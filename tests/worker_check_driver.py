@@ -32,7 +32,7 @@ def _job_runtime_env() -> dict:
     through the plugin's hook)."""
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
-    from verl_rfpp import validation
+    from verl_rfpp.contract import validation
     from verl_rfpp.plugin.compose import compose_verl_config
 
     return get_ppo_ray_runtime_env(compose_verl_config(list(validation.RECIPES[validation.BASELINE])))

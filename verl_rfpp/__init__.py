@@ -19,7 +19,7 @@ _HOMES = {
                              "compute_reinforce_plus_plus_baseline_advantage", "discounted_returns",
                              "group_centered_rewards", "reinforce_plus_plus", "reinforce_plus_plus_baseline"),
     "verl_rfpp.core.normalization": ("VARIANCE_FLOOR", "NormalizationStats", "masked_global_normalize"),
-    "verl_rfpp.validation": ("ESTIMATOR_NAMES",),
+    "verl_rfpp.contract.validation": ("ESTIMATOR_NAMES",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from verl_rfpp import arguments, quiet, validation
+from verl_rfpp import arguments, quiet
+from verl_rfpp.contract import validation
 
 
 def _doctor(args: argparse.Namespace) -> int:

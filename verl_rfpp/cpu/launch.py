@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from verl_rfpp import cluster, validation
+from verl_rfpp import cluster
+from verl_rfpp.contract import validation
 from verl_rfpp.cpu import assets, trace
 from verl_rfpp.errors import RfppError
 

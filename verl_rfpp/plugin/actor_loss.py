@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.core import inputs, losses
 from verl_rfpp.errors import RfppError
 from verl_rfpp.patching import Internal, marked

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 
 LOADING_VARIABLES = ("VERL_USE_EXTERNAL_PLUGINS", "VERL_USE_EXTERNAL_MODULES", "PYTHONPATH")
 TIMEOUT_S = 300

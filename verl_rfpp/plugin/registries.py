@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.core import estimators
 from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.errors import RfppError

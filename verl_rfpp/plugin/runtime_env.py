@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from omegaconf import OmegaConf, open_dict, read_write
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.patching import Internal, marked
 from verl_rfpp.plugin.registries import ActivationError
 from verl_rfpp.plugin.state import PUBLIC_MODULE, logger

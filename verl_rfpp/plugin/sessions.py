@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.errors import RfppError
 from verl_rfpp.patching import Internal, marked
 

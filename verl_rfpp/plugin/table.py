@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.patching import FINDER, Attribute, Entry, MetaPathEntry, Patch, failures
 from verl_rfpp.plugin import actor_loss, config, engine, registries, runtime_env, sessions, tracking, workers
 

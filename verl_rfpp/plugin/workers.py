@@ -17,7 +17,7 @@ import functools
 import os
 from typing import Any, Callable, Optional
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 from verl_rfpp.errors import RfppError
 from verl_rfpp.patching import Internal, marked
 from verl_rfpp.plugin.state import logger
