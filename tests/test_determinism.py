@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trainer_runs import two_output_run
 
-from verl_rfpp import cli
 from verl_rfpp.cpu import assets, launch, rollout
+from verl_rfpp.tools import cli
 
 ESTIMATOR = "reinforce_plus_plus_baseline"
 

@@ -10,10 +10,11 @@ import reference
 import torch
 from batches import make_batch
 
-from verl_rfpp import cli, plugin
+from verl_rfpp import plugin
 from verl_rfpp.contract import validation
 from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.plugin.compose import compose_verl_config
+from verl_rfpp.tools import cli
 
 
 @pytest.fixture

@@ -28,11 +28,12 @@ import pytest
 import torch
 import verl  # noqa: F401  (loads the plugin through its entry point)
 
-from verl_rfpp import cli, plugin
+from verl_rfpp import plugin
 from verl_rfpp.contract import validation
 from verl_rfpp.patching import ABSENT, _resolve
 from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.plugin.table import TABLE
+from verl_rfpp.tools import cli
 
 pytestmark = pytest.mark.slow  # three fresh processes, each importing verl's trainers
 
@@ -135,7 +136,8 @@ PROBE = r"""
 import json, sys
 import numpy as np, torch
 import verl  # loads the plugin through its entry point
-from verl_rfpp import cli, plugin
+from verl_rfpp.tools import cli
+from verl_rfpp import plugin
 from verl_rfpp.contract import validation
 from verl_rfpp.plugin.compose import compose_verl_config
 for module in sys.argv[1:]:

@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from verl_rfpp import arguments, quiet
 from verl_rfpp.contract import validation
+from verl_rfpp.tools import arguments, quiet
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -22,12 +22,12 @@ def _doctor(args: argparse.Namespace) -> int:
     them on stderr, to its caller, and prints the report as one line."""
     if args.ray is not None:
         return _doctor_cluster(args)
-    from verl_rfpp import doctor
+    from verl_rfpp.tools import doctor
 
     with quiet.quiet("doctor", verbose=args.verbose or args.json) as log:
         report = doctor.report()
     if args.json:
-        from verl_rfpp import cluster_doctor
+        from verl_rfpp.tools import cluster_doctor
 
         print(cluster_doctor.to_json(report))
     else:
@@ -39,7 +39,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _doctor_cluster(args: argparse.Namespace) -> int:
     """``--ray``: the report of every alive node of a Ray cluster, one line per node (exit 2: no
     cluster at that address, in one line naming it)."""
-    from verl_rfpp import cluster_doctor
+    from verl_rfpp.tools import cluster_doctor
 
     with quiet.quiet("doctor", verbose=args.verbose) as log:
         try:
@@ -130,7 +130,7 @@ def _unreadable_message(error: validation.UnreadableConfigError, overrides: Sequ
 def _check(args: argparse.Namespace) -> int:
     """Read the runs (a script's main_ppo launches, or overrides), compose verl's config as main_ppo
     would, and print ``verdict.judge``'s verdict for each; the worst exit status."""
-    from verl_rfpp import scripts
+    from verl_rfpp.tools import scripts
 
     words = list(args.arguments)
     try:
@@ -204,7 +204,7 @@ def _print_after(log, verdicts: str) -> None:
 def _check_launch(launch, reading, script: str, command: tuple) -> int:
     """One run of a script: its overrides judged in the environment the script gives it. A value the
     reading cannot know is judged as two different stand-ins: the same verdict, or exit 2."""
-    from verl_rfpp import scripts
+    from verl_rfpp.tools import scripts
 
     try:
         run = scripts.parse_main_ppo(launch.known("unknown"))
