@@ -181,7 +181,7 @@ def _compose_once_per_group_choice(request):
         return
     import composed
 
-    from verl_rfpp.plugin import compose
+    from verl_rfpp.adapter import compose
 
     full = compose.compose_verl_config
 

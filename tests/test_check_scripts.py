@@ -15,8 +15,8 @@ import pytest
 from checking import check as _check
 from checking import kl as _kl
 
+from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.contract import validation
-from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.tools import scripts
 
 pytestmark = pytest.mark.slow  # composes verl's config twice per case

@@ -24,9 +24,9 @@ from composed import compose
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from verl_rfpp.adapter import verdict
 from verl_rfpp.contract import validation
 from verl_rfpp.cpu import demo
-from verl_rfpp.plugin import verdict
 from verl_rfpp.tools import cli, cluster_doctor
 
 ACTOR = "actor_rollout_ref.actor"

@@ -1,6 +1,6 @@
 """A real Ray cluster of several nodes on this machine (``verl_rfpp.tools.cluster.LocalCluster``: one
 raylet per node, loopback only): ``verl-rfpp doctor --ray`` on every node, and the driver's check of
-every worker process (``verl_rfpp.plugin.workers``) on real actors, one per node. One cluster for
+every worker process (``verl_rfpp.adapter.workers``) on real actors, one per node. One cluster for
 the module (starting a node takes 10-60 s on a busy machine), its address in Ray's address file as
 `ray start` leaves it (so ``auto`` finds this cluster, not another one on the machine). The tests
 that read the two healthy nodes come first; then a node whose raylet runs with
@@ -21,7 +21,7 @@ import pytest
 from users_cluster import users_cluster
 
 import verl_rfpp
-from verl_rfpp.plugin import workers
+from verl_rfpp.adapter import workers
 from verl_rfpp.tools import cluster as ray_cluster
 
 pytestmark = pytest.mark.slow
@@ -206,7 +206,7 @@ def test_worker_probe_is_sent_by_value():
     import cloudpickle
 
     probe = workers.probe_function()
-    assert b"verl_rfpp.plugin.workers" not in cloudpickle.dumps(probe)
+    assert b"verl_rfpp.adapter.workers" not in cloudpickle.dumps(probe)
     assert probe()["plugin_loaded"] in (True, False)
 
 
@@ -214,7 +214,7 @@ def test_both_trainers_worker_setup_is_wrapped_when_verl_imports_them_and_unwrap
     code = (
         "import verl\n"
         "from verl_rfpp import plugin\n"
-        "from verl_rfpp.plugin.state import is_ours\n"
+        "from verl_rfpp.adapter.state import is_ours\n"
         "assert plugin.hooks_status()['worker plugin check (trainer init_workers)']\n"
         "import verl.trainer.ppo.v1.trainer_base as v1, verl.trainer.ppo.ray_trainer as legacy\n"
         "print(is_ours(v1.PPOTrainer.init), is_ours(legacy.RayPPOTrainer.init_workers))\n"

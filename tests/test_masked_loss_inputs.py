@@ -123,7 +123,7 @@ def test_select_masked_inputs_reads_nested_batches():
     ``ppo_loss`` pads them; the mask and other fields are left as they were."""
     from tensordict import TensorDict
 
-    from verl_rfpp.plugin.actor_loss import select_masked_inputs
+    from verl_rfpp.adapter.actor_loss import select_masked_inputs
 
     def nested(rows, dtype):
         return torch.nested.as_nested_tensor([torch.tensor(row, dtype=dtype) for row in rows], layout=torch.jagged)

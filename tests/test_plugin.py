@@ -73,7 +73,8 @@ def test_registration_is_idempotent_and_repairs_a_replaced_entry():
 
 
 def test_versions_supported_tested_and_without_the_plugin_loader(monkeypatch, caplog):
-    from verl_rfpp import plugin, versions
+    from verl_rfpp import plugin
+    from verl_rfpp.adapter import versions
 
     assert plugin.verl_supported("0.9.0") and plugin.verl_supported("0.9.1") and plugin.verl_supported("0.10.0")
     assert not plugin.verl_supported("0.8.5") and not plugin.verl_supported("0.8.0")
@@ -164,9 +165,9 @@ def test_a_config_key_the_rules_read_missing_from_verls_config_is_refused_by_nam
     from omegaconf import open_dict
 
     from verl_rfpp import plugin
+    from verl_rfpp.adapter.compose import compose_verl_config
     from verl_rfpp.contract import validation
     from verl_rfpp.contract.validation import ConfigViolationError
-    from verl_rfpp.plugin.compose import compose_verl_config
 
     config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
     with open_dict(config):

@@ -11,9 +11,9 @@ import torch
 from batches import make_batch
 
 from verl_rfpp import plugin
+from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.contract import validation
 from verl_rfpp.core.metrics import STEP_METRICS
-from verl_rfpp.plugin.compose import compose_verl_config
 from verl_rfpp.tools import cli
 
 

@@ -1,7 +1,7 @@
 """A verl that moved something the plugin relies on fails loudly, never half-patched
 (docs/contract.md section 8.5).
 
-The cases derive from the patch table (``verl_rfpp.plugin.table.TABLE``): every internal a patch
+The cases derive from the patch table (``verl_rfpp.adapter.table.TABLE``): every internal a patch
 declares is deleted, and replaced by another call shape (``reshape``) or kind (``retype``) where
 the patch relies on one. Each case runs in this process: ``deactivate()`` (which restores every
 binding, tests/test_patch_table.py), the internal broken, ``activate()``, the checks, then verl
@@ -29,10 +29,10 @@ import torch
 import verl  # noqa: F401  (loads the plugin through its entry point)
 
 from verl_rfpp import plugin
+from verl_rfpp.adapter.compose import compose_verl_config
+from verl_rfpp.adapter.patching import ABSENT, _resolve
+from verl_rfpp.adapter.table import TABLE
 from verl_rfpp.contract import validation
-from verl_rfpp.patching import ABSENT, _resolve
-from verl_rfpp.plugin.compose import compose_verl_config
-from verl_rfpp.plugin.table import TABLE
 from verl_rfpp.tools import cli
 
 pytestmark = pytest.mark.slow  # three fresh processes, each importing verl's trainers
@@ -139,7 +139,7 @@ import verl  # loads the plugin through its entry point
 from verl_rfpp.tools import cli
 from verl_rfpp import plugin
 from verl_rfpp.contract import validation
-from verl_rfpp.plugin.compose import compose_verl_config
+from verl_rfpp.adapter.compose import compose_verl_config
 for module in sys.argv[1:]:
     __import__(module)
 result = {"loaded": "verl_rfpp.plugin" in sys.modules, "status": plugin.hooks_status(),

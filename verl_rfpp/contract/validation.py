@@ -507,7 +507,7 @@ def _kl_coefficient(config: DictConfig, estimator: str, rule: Rule) -> list[Viol
 
 def clip_ratios(config: DictConfig) -> dict[str, tuple[str, Any]]:
     """The clip ranges the rfpp loss uses, as verl reads them (``core_algos.compute_policy_loss``,
-    ``plugin/actor_loss``): ``low``/``high`` -> (the key that sets it, its value);
+    ``adapter/actor_loss``): ``low``/``high`` -> (the key that sets it, its value);
     ``clip_ratio_low``/``_high`` when not null, else ``clip_ratio``."""
     ranges = {}
     for side in ("low", "high"):

@@ -245,7 +245,7 @@ def _config_dir(run) -> tuple:
 def _loaded_for(launch, reading, script: str):
     """What verl loads in the launch's environment when the script changes it (``None``: check's
     own environment holds); an exit status when that cannot be found out."""
-    from verl_rfpp.plugin import environment
+    from verl_rfpp.adapter import environment
 
     changed = environment.differs(launch.environment)
     if not changed:
@@ -263,10 +263,10 @@ def _loaded_for(launch, reading, script: str):
 def _judge(overrides: Sequence[str], config_path: Optional[str], config_name: Optional[str],
            command: Sequence[str] = (), forwards: bool = True, loaded=None) -> tuple[int, list]:
     """The verdict on one run's overrides: its exit status and the lines to print."""
-    from verl_rfpp import loading
+    from verl_rfpp.adapter import loading
 
     plugin_loaded = loading.verl_loads_plugin()
-    from verl_rfpp.plugin import compose, verdict
+    from verl_rfpp.adapter import compose, verdict
 
     try:
         config = compose.compose_verl_config(list(overrides), config_path, config_name)
@@ -288,8 +288,8 @@ def _judge(overrides: Sequence[str], config_path: Optional[str], config_name: Op
 
 def _in_environment(found, loaded):
     """``found`` as verl in the script's environment would have it (``loaded``: what it loads there)."""
-    from verl_rfpp.plugin import verdict
-    from verl_rfpp.plugin.registries import ActivationError
+    from verl_rfpp.adapter import verdict
+    from verl_rfpp.adapter.registries import ActivationError
 
     if found.estimator is not None and not loaded.loaded:
         return verdict.Verdict(found.name, found.estimator, refusal=ActivationError(loaded.problems[found.estimator]))
@@ -349,7 +349,7 @@ def _no_loader_problem() -> Optional[str]:
     from the installed metadata, without importing verl."""
     from importlib import metadata
 
-    from verl_rfpp.versions import no_loader_problem
+    from verl_rfpp.adapter.versions import no_loader_problem
 
     try:
         return no_loader_problem(metadata.version("verl"))

@@ -12,14 +12,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from verl_rfpp.adapter import sessions
+from verl_rfpp.adapter.patching import Internal
+from verl_rfpp.adapter.state import public
+from verl_rfpp.adapter.versions import no_loader_problem
 from verl_rfpp.contract import validation
 from verl_rfpp.core import estimators
 from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.errors import RfppError
-from verl_rfpp.patching import Internal
-from verl_rfpp.plugin import sessions
-from verl_rfpp.plugin.state import public
-from verl_rfpp.versions import no_loader_problem
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"  # the estimator and policy-loss registries
 INTERNALS = (
@@ -135,7 +135,7 @@ def activation_problem(name: str, config: Any = None) -> Optional[str]:
     could not attach (a verl internal it relies on is missing or changed), or
     ``get_adv_estimator_fn(name)`` not ours. (A key of the run config the rules read that is
     missing, removed by the user or renamed by verl, is a violation of section 6.2.9.)"""
-    from verl_rfpp.plugin import table
+    from verl_rfpp.adapter import table
 
     moved = table.problem()
     if moved is not None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+from verl_rfpp.adapter import actor_loss, config, engine, registries, runtime_env, sessions, tracking, workers
+from verl_rfpp.adapter.patching import FINDER, Attribute, Entry, MetaPathEntry, Patch, failures
 from verl_rfpp.contract import validation
-from verl_rfpp.patching import FINDER, Attribute, Entry, MetaPathEntry, Patch, failures
-from verl_rfpp.plugin import actor_loss, config, engine, registries, runtime_env, sessions, tracking, workers
 
 CORE_ALGOS = registries.CORE_ALGOS
 UNCHANGED = "verl's own function, called with the same arguments; its result returned unchanged"
@@ -76,7 +76,7 @@ def problem() -> Optional[str]:
     failed = failures(TABLE)
     if not failed:
         return None
-    from verl_rfpp.versions import TESTED_VERL, verl_version
+    from verl_rfpp.adapter.versions import TESTED_VERL, verl_version
 
     details = "; ".join(f"{name}: {', '.join(problems)}" for name, problems in failed.items())
     return (f"verl {verl_version()} lacks what verl-rfpp relies on, so none of its runs start "
