@@ -36,8 +36,8 @@ def _registry_in_fresh_process(**env):
 @pytest.mark.slow
 def test_plain_import_verl_resolves_both_names_to_ours():
     registry = _registry_in_fresh_process()
-    assert registry["reinforce_plus_plus"] == "verl_rfpp.plugin.compute_reinforce_plus_plus_advantage"
-    assert registry["reinforce_plus_plus_baseline"] == "verl_rfpp.plugin.compute_reinforce_plus_plus_baseline_advantage"
+    assert registry["reinforce_plus_plus"] == "verl_rfpp.plugin.guarded_reinforce_plus_plus_advantage"
+    assert registry["reinforce_plus_plus_baseline"] == "verl_rfpp.plugin.guarded_reinforce_plus_plus_baseline_advantage"
 
 
 @pytest.mark.slow

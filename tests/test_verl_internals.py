@@ -91,7 +91,7 @@ def _broken(module: str, path: str, action: str):
 
 def _estimator_call() -> str:
     try:
-        plugin.compute_reinforce_plus_plus_baseline_advantage(
+        plugin.guarded_reinforce_plus_plus_baseline_advantage(
             token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3),
             index=np.array(["a", "a"], dtype=object))
     except plugin.ActivationError as error:
@@ -145,7 +145,7 @@ for module in sys.argv[1:]:
 result = {"loaded": "verl_rfpp.plugin" in sys.modules, "status": plugin.hooks_status(),
           "patched": {patch.name: patch.applied() for patch in plugin.TABLE}}
 try:
-    plugin.compute_reinforce_plus_plus_baseline_advantage(
+    plugin.guarded_reinforce_plus_plus_baseline_advantage(
         token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3),
         index=np.array(["a", "a"], dtype=object))
     result["call"] = "ran"

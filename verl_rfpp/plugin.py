@@ -22,10 +22,10 @@ from verl_rfpp.adapter.registries import (
     TRACE_ENV,
     ActivationError,
     activation_problem,
-    compute_reinforce_plus_plus_advantage,
-    compute_reinforce_plus_plus_baseline_advantage,
     ensure_active,
     exclusion_cause,
+    guarded_reinforce_plus_plus_advantage,
+    guarded_reinforce_plus_plus_baseline_advantage,
     not_loaded_problem,
     registered_ours,
 )
@@ -47,7 +47,7 @@ from verl_rfpp.adapter.workers import WorkerPluginError
 __all__ = [
     "ActivationError", "CORE_ALGOS", "ENTRY_POINT", "ESTIMATORS", "MARKER", "PATCHES", "SUPPORTED_VERL_TEXT",
     "TABLE", "TESTED_VERL", "table", "TRACE_ENV", "WorkerPluginError", "activate", "activation_problem",
-    "check_verl_version", "compute_reinforce_plus_plus_advantage", "compute_reinforce_plus_plus_baseline_advantage",
+    "check_verl_version", "guarded_reinforce_plus_plus_advantage", "guarded_reinforce_plus_plus_baseline_advantage",
     "deactivate", "ensure_active", "exclusion_cause", "hooks_status", "no_loader_problem", "not_loaded_problem",
     "registered_ours", "rfpp_policy_loss", "verl_supported", "verl_tested", "verl_version", "version_check",
 ]

@@ -65,13 +65,15 @@ def _after_call(name: str, result: estimators.EstimatorResult) -> None:
 
 
 @public
-def compute_reinforce_plus_plus_advantage(
+def guarded_reinforce_plus_plus_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's registry entry ``reinforce_plus_plus`` (docs/contract.md sections 2, 4, 9).
+    """verl's registry entry ``reinforce_plus_plus`` (docs/contract.md sections 2, 4, 8, 9): the pure
+    ``verl_rfpp.compute_reinforce_plus_plus_advantage`` behind the activation guard and the run
+    config's check (once per process), its statistics kept for verl's logger.
 
     Args:
         token_level_rewards: ``(bs, response_length)``.
@@ -88,7 +90,7 @@ def compute_reinforce_plus_plus_advantage(
 
 
 @public
-def compute_reinforce_plus_plus_baseline_advantage(
+def guarded_reinforce_plus_plus_baseline_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     config: Any = None,
@@ -96,7 +98,10 @@ def compute_reinforce_plus_plus_baseline_advantage(
     session: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's registry entry ``reinforce_plus_plus_baseline`` (docs/contract.md sections 3, 4, 9).
+    """verl's registry entry ``reinforce_plus_plus_baseline`` (docs/contract.md sections 3, 4, 8, 9):
+    the pure ``verl_rfpp.compute_reinforce_plus_plus_baseline_advantage`` behind the activation guard
+    and the run config's check (once per process), with the v1 step's agent sessions, its statistics
+    kept for verl's logger.
 
     Args:
         token_level_rewards: ``(bs, response_length)``.
@@ -118,8 +123,8 @@ def compute_reinforce_plus_plus_baseline_advantage(
 
 
 ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
-    "reinforce_plus_plus": compute_reinforce_plus_plus_advantage,
-    "reinforce_plus_plus_baseline": compute_reinforce_plus_plus_baseline_advantage,
+    "reinforce_plus_plus": guarded_reinforce_plus_plus_advantage,
+    "reinforce_plus_plus_baseline": guarded_reinforce_plus_plus_baseline_advantage,
 }
 
 
