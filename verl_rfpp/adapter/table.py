@@ -19,46 +19,99 @@ CORE_ALGOS = registries.CORE_ALGOS
 UNCHANGED = "verl's own function, called with the same arguments; its result returned unchanged"
 
 FINDER_PATCH = Patch(
-    "post-import finder", "sys", MetaPathEntry(), lambda _: FINDER, (),
-    "imports every module with verl's own loader; applies the patches below right after verl first "
-    "imports their module (importing them at load would cost every verl process about 1 s)")
+    name="post-import finder",
+    module="sys",
+    slot=MetaPathEntry(),
+    replace=lambda _: FINDER,
+    internals=(),
+    others="imports every module with verl's own loader; applies the patches below right after verl first "
+           "imports their module (importing them at load would cost every verl process about 1 s)",
+)
 VALIDATE_CONFIG = Patch(
-    "validate_config wrapper", config.VERL_CONFIG, Attribute("validate_config"), config._validating,
-    config.INTERNALS, UNCHANGED + " (a misspelt name of ours, unknown to verl, is refused first)",
-    config.VALIDATE_CONFIG_IMPORTERS)
+    name="validate_config wrapper",
+    module=config.VERL_CONFIG,
+    slot=Attribute("validate_config"),
+    replace=config._validating,
+    internals=config.INTERNALS,
+    others=UNCHANGED + " (a misspelt name of ours, unknown to verl, is refused first)",
+    bound_by=config.VALIDATE_CONFIG_IMPORTERS,
+)
 ESTIMATOR_PATCHES = tuple(
-    Patch(f"estimator {name}", CORE_ALGOS, Entry("ADV_ESTIMATOR_REGISTRY", name),
-          lambda _, function=function: function, registries.INTERNALS,
-          "nothing: every other name of verl's registry keeps verl's estimator")
+    Patch(
+        name=f"estimator {name}",
+        module=CORE_ALGOS,
+        slot=Entry("ADV_ESTIMATOR_REGISTRY", name),
+        replace=lambda _, function=function: function,
+        internals=registries.INTERNALS,
+        others="nothing: every other name of verl's registry keeps verl's estimator",
+    )
     for name, function in registries.ESTIMATORS.items())
 POLICY_LOSS = Patch(
-    f"policy loss {validation.POLICY_LOSS_MODE}", CORE_ALGOS,
-    Entry("POLICY_LOSS_REGISTRY", validation.POLICY_LOSS_MODE), lambda _: actor_loss.rfpp_policy_loss,
-    actor_loss.INTERNALS, "nothing: a new name; every other policy loss stays verl's")
+    name=f"policy loss {validation.POLICY_LOSS_MODE}",
+    module=CORE_ALGOS,
+    slot=Entry("POLICY_LOSS_REGISTRY", validation.POLICY_LOSS_MODE),
+    replace=lambda _: actor_loss.rfpp_policy_loss,
+    internals=actor_loss.INTERNALS,
+    others="nothing: a new name; every other policy loss stays verl's",
+)
 TRACKING = Patch(
-    "Tracking.log metrics hook", tracking.TRACKING, Attribute("Tracking.log"), tracking._merging_metrics,
-    tracking.INTERNALS, UNCHANGED + " (no rfpp/ metric is pending unless our estimator ran)")
+    name="Tracking.log metrics hook",
+    module=tracking.TRACKING,
+    slot=Attribute("Tracking.log"),
+    replace=tracking._merging_metrics,
+    internals=tracking.INTERNALS,
+    others=UNCHANGED + " (no rfpp/ metric is pending unless our estimator ran)",
+)
 PPO_LOSS = Patch(
-    "ppo_loss reads no masked slot (rfpp actor)", actor_loss.LOSSES, Attribute("ppo_loss"),
-    actor_loss._selecting_masked_inputs, actor_loss.PPO_LOSS_INTERNALS,
-    UNCHANGED + " unless the actor's policy loss is rfpp", actor_loss.PPO_LOSS_IMPORTERS)
+    name="ppo_loss reads no masked slot (rfpp actor)",
+    module=actor_loss.LOSSES,
+    slot=Attribute("ppo_loss"),
+    replace=actor_loss._selecting_masked_inputs,
+    internals=actor_loss.PPO_LOSS_INTERNALS,
+    others=UNCHANGED + " unless the actor's policy loss is rfpp",
+    bound_by=actor_loss.PPO_LOSS_IMPORTERS,
+)
 ENGINE = Patch(
-    "response-count denominator (engine train_batch)", engine.ENGINE_BASE, Attribute("BaseEngine.train_batch"),
-    engine._counting_responses, engine.INTERNALS, UNCHANGED + " unless the actor's policy loss is rfpp")
+    name="response-count denominator (engine train_batch)",
+    module=engine.ENGINE_BASE,
+    slot=Attribute("BaseEngine.train_batch"),
+    replace=engine._counting_responses,
+    internals=engine.INTERNALS,
+    others=UNCHANGED + " unless the actor's policy loss is rfpp",
+)
 RUNTIME_ENV = Patch(
-    "Ray job loads the driver's plugin everywhere (runtime_env)", runtime_env.CONSTANTS,
-    Attribute("get_ppo_ray_runtime_env"), runtime_env._requiring_plugin, runtime_env.INTERNALS,
-    UNCHANGED + " unless the estimator is ours", runtime_env.MAIN_PPO_IMPORTERS)
+    name="Ray job loads the driver's plugin everywhere (runtime_env)",
+    module=runtime_env.CONSTANTS,
+    slot=Attribute("get_ppo_ray_runtime_env"),
+    replace=runtime_env._requiring_plugin,
+    internals=runtime_env.INTERNALS,
+    others=UNCHANGED + " unless the estimator is ours",
+    bound_by=runtime_env.MAIN_PPO_IMPORTERS,
+)
 LEGACY_WORKERS = Patch(
-    "worker plugin check (trainer init_workers)", workers.LEGACY_TRAINER, Attribute("RayPPOTrainer.init_workers"),
-    workers._checking_workers, workers.LEGACY_INTERNALS, UNCHANGED + " unless the estimator is ours")
+    name="worker plugin check (trainer init_workers)",
+    module=workers.LEGACY_TRAINER,
+    slot=Attribute("RayPPOTrainer.init_workers"),
+    replace=workers._checking_workers,
+    internals=workers.LEGACY_INTERNALS,
+    others=UNCHANGED + " unless the estimator is ours",
+)
 V1_WORKERS = Patch(
-    "worker plugin check (v1 trainer init)", workers.V1_TRAINER, Attribute("PPOTrainer.init"),
-    workers._checking_workers, workers.V1_INTERNALS, UNCHANGED + " unless the estimator is ours")
+    name="worker plugin check (v1 trainer init)",
+    module=workers.V1_TRAINER,
+    slot=Attribute("PPOTrainer.init"),
+    replace=workers._checking_workers,
+    internals=workers.V1_INTERNALS,
+    others=UNCHANGED + " unless the estimator is ours",
+)
 SESSIONS = Patch(
-    "baseline counts each agent session once (v1 trainer)", sessions.V1_TRAINER, Attribute(sessions.FUNCTION),
-    sessions._counting_sessions, sessions.INTERNALS,
-    UNCHANGED + " unless the estimator is reinforce_plus_plus_baseline")
+    name="baseline counts each agent session once (v1 trainer)",
+    module=sessions.V1_TRAINER,
+    slot=Attribute(sessions.FUNCTION),
+    replace=sessions._counting_sessions,
+    internals=sessions.INTERNALS,
+    others=UNCHANGED + " unless the estimator is reinforce_plus_plus_baseline",
+)
 
 # The finder first (the others may wait for it), then the validation wrapper, so that a later
 # failure is caught by its activation guard.
