@@ -134,7 +134,8 @@ import torch.distributed as dist
 sys.path.insert(0, "tests")
 import reference  # noqa: E402
 from batches import make_batch  # noqa: E402
-from verl_rfpp import masked_global_normalize, passes, reinforce_plus_plus, reinforce_plus_plus_baseline  # noqa: E402
+from verl_rfpp import masked_global_normalize, reinforce_plus_plus, reinforce_plus_plus_baseline  # noqa: E402
+from verl_rfpp.core import passes  # noqa: E402
 
 backend, device = sys.argv[1], torch.device(sys.argv[2])
 with tempfile.NamedTemporaryFile() as rendezvous:

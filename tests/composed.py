@@ -14,7 +14,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from verl_rfpp.plugin.compose import compose_verl_config
+from verl_rfpp.adapter.compose import compose_verl_config
 
 # ppo_trainer's top-level config groups (its defaults list); an override of one changes the defaults.
 GROUPS = frozenset({"model_engine", "data", "reward", "distillation", "transfer_queue", "legacy_reward_impl"})

@@ -21,7 +21,7 @@ from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 from trainer_runs import v1_two_output_run  # noqa: F401  (a session fixture of the e2e modules)
 
-from verl_rfpp import passes
+from verl_rfpp.core import passes
 
 _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="verl-rfpp-hypothesis-")
 atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
@@ -181,7 +181,7 @@ def _compose_once_per_group_choice(request):
         return
     import composed
 
-    from verl_rfpp.plugin import compose
+    from verl_rfpp.adapter import compose
 
     full = compose.compose_verl_config
 

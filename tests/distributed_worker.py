@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from verl_rfpp import EmptyPopulationError, masked_global_normalize
-from verl_rfpp.normalization import normalize_row_constant
+from verl_rfpp.core.normalization import normalize_row_constant
 
 
 def run(rank, world_size, init_file, scenarios, result_file):

@@ -104,7 +104,7 @@ def run_scenario(scenario: dict, spec: dict, rank: int, world: int, out: Path) -
     from verl.workers.utils.padding import no_padding_2_padding
 
     from verl_rfpp import plugin
-    from verl_rfpp.plugin.compose import compose_verl_config
+    from verl_rfpp.adapter.compose import compose_verl_config
 
     config = compose_verl_config(list(spec["base_overrides"]) + list(scenario["overrides"]))
     if not scenario.get("fix", True):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_rfpp import cli, validation
+from verl_rfpp.contract import validation
+from verl_rfpp.tools import cli
 
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])
 RFPP = list(validation.RECIPES["reinforce_plus_plus"])
@@ -21,7 +22,7 @@ RFPP = list(validation.RECIPES["reinforce_plus_plus"])
 
 def _check(*overrides, **env):
     result = subprocess.run(
-        [sys.executable, "-m", "verl_rfpp.cli", "check", *overrides],
+        [sys.executable, "-m", "verl_rfpp.tools.cli", "check", *overrides],
         capture_output=True, text=True, timeout=300, env={**os.environ, **env},
     )
     return result.returncode, result.stdout, result.stderr

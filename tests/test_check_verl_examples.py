@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from checking import check, kl
 
-from verl_rfpp import validation
-from verl_rfpp.plugin import compose
+from verl_rfpp.adapter import compose
+from verl_rfpp.contract import validation
 
 pytestmark = pytest.mark.slow  # 126 checks and their Fix commands
 

@@ -1,6 +1,6 @@
-"""A real Ray cluster of several nodes on this machine (``verl_rfpp.cluster.LocalCluster``: one
+"""A real Ray cluster of several nodes on this machine (``verl_rfpp.tools.cluster.LocalCluster``: one
 raylet per node, loopback only): ``verl-rfpp doctor --ray`` on every node, and the driver's check of
-every worker process (``verl_rfpp.plugin.workers``) on real actors, one per node. One cluster for
+every worker process (``verl_rfpp.adapter.workers``) on real actors, one per node. One cluster for
 the module (starting a node takes 10-60 s on a busy machine), its address in Ray's address file as
 `ray start` leaves it (so ``auto`` finds this cluster, not another one on the machine). The tests
 that read the two healthy nodes come first; then a node whose raylet runs with
@@ -21,8 +21,8 @@ import pytest
 from users_cluster import users_cluster
 
 import verl_rfpp
-from verl_rfpp import cluster as ray_cluster
-from verl_rfpp.plugin import workers
+from verl_rfpp.adapter import workers
+from verl_rfpp.tools import cluster as ray_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def test_the_cluster_has_its_own_raylets_on_loopback(cluster):
 
 
 def test_doctor_ray_auto_reports_every_node_ok(cluster):
-    result = _run("-m", "verl_rfpp.cli", "doctor", "--ray", "auto")
+    result = _run("-m", "verl_rfpp.tools.cli", "doctor", "--ray", "auto")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = _node_lines(result.stdout)
     assert len(lines) == 2 and all(line.startswith("OK") for line in lines), result.stdout
@@ -83,10 +83,10 @@ def test_worker_check_passes_on_every_node(cluster):
 
 
 # The dying node's Python runs this ``sitecustomize`` (its PYTHONPATH): the node's doctor process
-# (``python -m verl_rfpp.cli doctor``, started by the node check) says it started, then blocks
+# (``python -m verl_rfpp.tools.cli doctor``, started by the node check) says it started, then blocks
 # until the test removes its node (and kills it by pid). Every other process goes on unchanged.
 HANGING_DOCTOR = """import os, pathlib, sys, time
-if sys.orig_argv[1:3] == ["-m", "verl_rfpp.cli"]:
+if sys.orig_argv[1:3] == ["-m", "verl_rfpp.tools.cli"]:
     pathlib.Path({started!r}).write_text(str(os.getpid()))
     time.sleep(600)
 """
@@ -100,7 +100,7 @@ def test_doctor_ray_fails_naming_the_excluded_node_and_the_node_that_died_and_re
     shadow.mkdir()
     (shadow / "sitecustomize.py").write_text(HANGING_DOCTOR.format(started=str(started)))
     dying = cluster.add_node({"PYTHONPATH": os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")])})
-    doctor = subprocess.Popen([sys.executable, "-m", "verl_rfpp.cli", "doctor", "--ray", cluster.address],
+    doctor = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "doctor", "--ray", cluster.address],
                               env=ray_cluster.loopback_environment(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
@@ -150,7 +150,7 @@ def test_doctor_ray_on_an_address_without_a_cluster_ends_within_30_s(listening):
         else:
             port = _closed_port()
         started = time.monotonic()
-        result = _run("-m", "verl_rfpp.cli", "doctor", "--ray", f"127.0.0.1:{port}")
+        result = _run("-m", "verl_rfpp.tools.cli", "doctor", "--ray", f"127.0.0.1:{port}")
         took = time.monotonic() - started
     assert result.returncode == 2, result.stdout + result.stderr
     assert took < ADDRESS_VERDICT_S, took
@@ -206,7 +206,7 @@ def test_worker_probe_is_sent_by_value():
     import cloudpickle
 
     probe = workers.probe_function()
-    assert b"verl_rfpp.plugin.workers" not in cloudpickle.dumps(probe)
+    assert b"verl_rfpp.adapter.workers" not in cloudpickle.dumps(probe)
     assert probe()["plugin_loaded"] in (True, False)
 
 
@@ -214,7 +214,7 @@ def test_both_trainers_worker_setup_is_wrapped_when_verl_imports_them_and_unwrap
     code = (
         "import verl\n"
         "from verl_rfpp import plugin\n"
-        "from verl_rfpp.plugin.state import is_ours\n"
+        "from verl_rfpp.adapter.state import is_ours\n"
         "assert plugin.hooks_status()['worker plugin check (trainer init_workers)']\n"
         "import verl.trainer.ppo.v1.trainer_base as v1, verl.trainer.ppo.ray_trainer as legacy\n"
         "print(is_ours(v1.PPOTrainer.init), is_ours(legacy.RayPPOTrainer.init_workers))\n"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_rfpp import cli
 from verl_rfpp.curves import noisy, noisy_task, report
 from verl_rfpp.curves.runs import METHODS
+from verl_rfpp.tools import cli
 
 P = noisy_task.PREFIX
 

@@ -51,7 +51,7 @@ def test_every_pin_of_verls_extras_satisfies_our_specifiers():
 
 
 def test_verl_has_no_upper_cap_and_a_loader_floor():
-    from verl_rfpp.versions import PLUGIN_LOADER_SINCE, SUPPORTED_VERL_TEXT, TESTED_VERL
+    from verl_rfpp.adapter.versions import PLUGIN_LOADER_SINCE, SUPPORTED_VERL_TEXT, TESTED_VERL
 
     (verl,) = [requirement for requirement in _our_requirements() if requirement.name == "verl"]
     assert str(verl.specifier) == SUPPORTED_VERL_TEXT == ">=" + ".".join(map(str, PLUGIN_LOADER_SINCE))
@@ -63,6 +63,6 @@ def test_verl_has_no_upper_cap_and_a_loader_floor():
 
 def test_the_installed_verl_is_a_tested_release():
     """CI runs the suite on each ``TESTED_VERL``; a run on another verl is not that test."""
-    from verl_rfpp.versions import verl_tested
+    from verl_rfpp.adapter.versions import verl_tested
 
     assert verl_tested(metadata.version("verl"))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from users_cluster import users_cluster
 
-from verl_rfpp import cli
 from verl_rfpp.cpu import demo, launch, trace
 from verl_rfpp.curves import runs
+from verl_rfpp.tools import cli
 
 pytestmark = pytest.mark.e2e
 

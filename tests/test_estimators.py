@@ -291,7 +291,7 @@ def test_any_shape_layout_and_mask_dtype_matches_reference(rows, length, density
 
 
 def test_row_blocks_on_threads_give_identical_bits(passes_implementation, monkeypatch):
-    from verl_rfpp import kernels
+    from verl_rfpp.core import kernels
 
     rewards, mask, uids = make_batch(9, prompts=12, length=40)
     single = [reinforce_plus_plus(rewards, mask), reinforce_plus_plus_baseline(rewards, mask, uids)]
@@ -552,7 +552,7 @@ def test_raw_advantage_overflowing_its_dtype_is_an_error_for_both(dtype, reward,
 
 
 def test_cpu_tensors_take_the_kernels_unless_switched_off(passes_implementation, monkeypatch):
-    from verl_rfpp import passes
+    from verl_rfpp.core import passes
 
     rewards, mask, _ = make_batch(1)
     assert passes.uses_cpu_kernels(rewards, mask) == (passes_implementation == "kernels")

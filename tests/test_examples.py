@@ -1,5 +1,5 @@
 """Every examples/*.sh launches one main_ppo run of one of our estimators, and passes the contract
-(``verl-rfpp check SCRIPT``: the script itself, read through ``verl_rfpp.scripts``)."""
+(``verl-rfpp check SCRIPT``: the script itself, read through ``verl_rfpp.tools.scripts``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_rfpp import cli, scripts
+from verl_rfpp.tools import cli, scripts
 
 pytestmark = pytest.mark.slow  # composes verl's config for every example
 

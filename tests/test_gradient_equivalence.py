@@ -30,7 +30,7 @@ import pytest
 import reference
 import torch
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 
 pytestmark = pytest.mark.slow  # verl's actor workers run as processes
 

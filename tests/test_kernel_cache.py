@@ -27,7 +27,8 @@ SCRIPT = textwrap.dedent("""
     handler.emit = lambda record: records.append((record.levelname, record.getMessage()))
     logging.getLogger("verl_rfpp").addHandler(handler)
 
-    from verl_rfpp import passes, reinforce_plus_plus, reinforce_plus_plus_baseline
+    from verl_rfpp.core import passes
+    from verl_rfpp import reinforce_plus_plus, reinforce_plus_plus_baseline
 
     mask = torch.tensor([[1, 1, 0]])
     pair = np.array(["a", "a"], dtype=object)
@@ -38,7 +39,7 @@ SCRIPT = textwrap.dedent("""
         reinforce_plus_plus_baseline(two, mask.repeat(2, 1), pair),
         reinforce_plus_plus_baseline(two, mask.bool().repeat(2, 1), pair),
     ]
-    from verl_rfpp import kernels
+    from verl_rfpp.core import kernels
 
     compiled = {name: len(getattr(kernels, name).signatures)
                 for name in ("selected_row_sums", "suffix_sums", "centered_row_sums", "normalize", "broadcast_rows")}

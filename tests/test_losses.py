@@ -12,8 +12,9 @@ import reference
 import torch
 from tensordict import TensorDict
 
-from verl_rfpp import losses, validation
-from verl_rfpp.plugin.compose import compose_verl_config
+from verl_rfpp.adapter.compose import compose_verl_config
+from verl_rfpp.contract import validation
+from verl_rfpp.core import losses
 
 EPS = 0.2
 KL_COEF = 0.01
@@ -437,8 +438,8 @@ def test_engine_divides_the_rfpp_loss_by_responses_not_padding_rows(responses, v
     import verl.utils.tensordict_utils as tu
     from verl.workers.utils.losses import ppo_loss
 
+    from verl_rfpp.adapter.engine import _counting_responses
     from verl_rfpp.cpu.platform import PlatformCPU
-    from verl_rfpp.plugin.engine import _counting_responses
 
     monkeypatch.setattr(verl.utils.device, "get_device_id", PlatformCPU().current_device)
     b = _mini_batch(responses, 8, seed=4)

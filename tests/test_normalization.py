@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from batches import make_batch
 
 from verl_rfpp import VARIANCE_FLOOR, EmptyPopulationError, masked_global_normalize
-from verl_rfpp.normalization import normalize_row_constant
+from verl_rfpp.core.normalization import normalize_row_constant
 
 pytestmark = pytest.mark.usefixtures("passes_implementation")
 
@@ -105,7 +105,7 @@ def test_row_constant_mean_is_corrected_to_the_last_bit():
     times; a mutant that subtracted the second pass's correction instead of adding it was 38 ulp off."""
     from fractions import Fraction
 
-    from verl_rfpp.normalization import normalize_rows
+    from verl_rfpp.core.normalization import normalize_rows
 
     g = torch.Generator().manual_seed(0)
     values = (1.0 + 0.1 * torch.randn(3000, generator=g, dtype=torch.float64)) * 1e3

@@ -1,4 +1,4 @@
-"""The patch table (``verl_rfpp.plugin.table.TABLE``, docs/contract.md section 8.5) is every change
+"""The patch table (``verl_rfpp.adapter.table.TABLE``, docs/contract.md section 8.5) is every change
 the plugin makes to verl, and each is undone and harmless to other runs:
 
 - ``deactivate()`` restores every binding: in a process where verl never loaded the plugin, every
@@ -26,8 +26,8 @@ import torch
 import verl  # noqa: F401  (loads the plugin through its entry point)
 
 from verl_rfpp import plugin
-from verl_rfpp.plugin.compose import compose_verl_config
-from verl_rfpp.plugin.table import TABLE
+from verl_rfpp.adapter.compose import compose_verl_config
+from verl_rfpp.adapter.table import TABLE
 
 SNAPSHOT = r"""
 import importlib, json, sys
@@ -65,7 +65,7 @@ result = {}
 if mode == "eager":
     before = owners()
     from verl_rfpp import plugin  # activates over the loaded modules: every binder must be rebound
-    from verl_rfpp.patching import Attribute
+    from verl_rfpp.adapter.patching import Attribute
     result["status"] = plugin.hooks_status()
     attributes = [patch for patch in plugin.TABLE if isinstance(patch.slot, Attribute)]
     # every verl module that held verl's object under the patched name (not where it is defined)
@@ -86,7 +86,7 @@ if mode == "eager":
     result["names"] = names(before)
 else:  # verl loaded the plugin at import; its modules were patched right after verl imported them
     from verl_rfpp import plugin
-    from verl_rfpp.patching import is_ours
+    from verl_rfpp.adapter.patching import is_ours
     result["status"] = plugin.hooks_status()
     plugin.deactivate()
     after = owners()
@@ -105,7 +105,7 @@ ENTRY_MODULES = ["verl.trainer.main_ppo", "verl.trainer.main_ppo_v0", "verl.expe
 
 def _spec() -> str:
     """The modules each snapshot imports, and the classes and registries the table patches."""
-    from verl_rfpp.patching import Attribute, Entry
+    from verl_rfpp.adapter.patching import Attribute, Entry
 
     modules = ENTRY_MODULES + [name for patch in TABLE if patch.module != "sys"
                                for name in (patch.module, *patch.bound_by)]
@@ -211,7 +211,7 @@ def _policy_losses():
 def _tracking_log():
     from verl.utils.tracking import Tracking
 
-    from verl_rfpp.metrics import STEP_METRICS
+    from verl_rfpp.core.metrics import STEP_METRICS
 
     STEP_METRICS.drain()  # a GRPO process never ran our estimator: nothing is pending (earlier tests ran it)
     seen = []

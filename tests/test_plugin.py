@@ -36,8 +36,8 @@ def _registry_in_fresh_process(**env):
 @pytest.mark.slow
 def test_plain_import_verl_resolves_both_names_to_ours():
     registry = _registry_in_fresh_process()
-    assert registry["reinforce_plus_plus"] == "verl_rfpp.plugin.compute_reinforce_plus_plus_advantage"
-    assert registry["reinforce_plus_plus_baseline"] == "verl_rfpp.plugin.compute_reinforce_plus_plus_baseline_advantage"
+    assert registry["reinforce_plus_plus"] == "verl_rfpp.plugin.guarded_reinforce_plus_plus_advantage"
+    assert registry["reinforce_plus_plus_baseline"] == "verl_rfpp.plugin.guarded_reinforce_plus_plus_baseline_advantage"
 
 
 @pytest.mark.slow
@@ -73,7 +73,8 @@ def test_registration_is_idempotent_and_repairs_a_replaced_entry():
 
 
 def test_versions_supported_tested_and_without_the_plugin_loader(monkeypatch, caplog):
-    from verl_rfpp import plugin, versions
+    from verl_rfpp import plugin
+    from verl_rfpp.adapter import versions
 
     assert plugin.verl_supported("0.9.0") and plugin.verl_supported("0.9.1") and plugin.verl_supported("0.10.0")
     assert not plugin.verl_supported("0.8.5") and not plugin.verl_supported("0.8.0")
@@ -145,7 +146,7 @@ def test_a_verl_without_the_plugin_loader_is_named_by_recipe_and_demo(monkeypatc
     """Measured on a real verl 0.8.0 too (CHANGELOG); here the installed version reads 0.8.0."""
     from importlib import metadata
 
-    from verl_rfpp import cli
+    from verl_rfpp.tools import cli
 
     real = metadata.version
     monkeypatch.setattr(metadata, "version", lambda name: "0.8.0" if name == "verl" else real(name))
@@ -163,9 +164,10 @@ def test_a_config_key_the_rules_read_missing_from_verls_config_is_refused_by_nam
     import verl.utils.config
     from omegaconf import open_dict
 
-    from verl_rfpp import plugin, validation
-    from verl_rfpp.plugin.compose import compose_verl_config
-    from verl_rfpp.validation import ConfigViolationError
+    from verl_rfpp import plugin
+    from verl_rfpp.adapter.compose import compose_verl_config
+    from verl_rfpp.contract import validation
+    from verl_rfpp.contract.validation import ConfigViolationError
 
     config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
     with open_dict(config):

@@ -12,9 +12,9 @@ import sys
 import pytest
 
 import verl_rfpp
-from verl_rfpp import validation
-from verl_rfpp.plugin import runtime_env
-from verl_rfpp.plugin.compose import compose_verl_config
+from verl_rfpp.adapter import runtime_env
+from verl_rfpp.adapter.compose import compose_verl_config
+from verl_rfpp.contract import validation
 
 
 def _job_env(overrides):
@@ -34,7 +34,7 @@ def test_our_runs_ask_every_ray_process_for_the_plugin_at_the_drivers_version(es
 def test_other_estimators_get_verls_runtime_env_unchanged():
     from verl.trainer import constants_ppo
 
-    from verl_rfpp.plugin.table import RUNTIME_ENV
+    from verl_rfpp.adapter.table import RUNTIME_ENV
 
     config = compose_verl_config(["algorithm.adv_estimator=grpo"])
     assert constants_ppo.get_ppo_ray_runtime_env(config) == RUNTIME_ENV.original()(config)
@@ -80,7 +80,7 @@ RUN_PPO = r'''
 import json, os, sys
 import verl
 from verl.trainer import main_ppo
-from verl_rfpp.plugin.compose import compose_verl_config
+from verl_rfpp.adapter.compose import compose_verl_config
 
 out, overrides = sys.argv[1], json.loads(sys.argv[2])
 namespace = {}

@@ -11,7 +11,7 @@ import reference
 import torch
 
 from verl_rfpp import RfppInputError, reinforce_plus_plus_baseline
-from verl_rfpp.estimators import compute_reinforce_plus_plus_baseline_advantage
+from verl_rfpp.core.estimators import compute_reinforce_plus_plus_baseline_advantage
 
 TOLERANCE = {torch.float32: 1e-6, torch.float64: 1e-12}
 
@@ -146,7 +146,7 @@ def test_verl_v1_advantage_step_counts_each_session_once():
     expected, expected_raw = reference.session_baseline(rewards, mask, list(uids), list(labels))
     assert relative_error(data.batch["advantages"], expected) <= 1e-6
     assert relative_error(data.batch["returns"], expected_raw) <= 1e-6
-    from verl_rfpp.plugin import sessions
+    from verl_rfpp.adapter import sessions
 
     assert sessions.current(len(keys)) is None  # held only during the step's estimator call
 
@@ -165,7 +165,7 @@ def test_grpo_through_the_hooked_v1_step_is_verls_own():
 
 
 def test_a_key_not_in_verls_format_is_refused_naming_it():
-    from verl_rfpp.plugin.sessions import SessionKeyError
+    from verl_rfpp.adapter.sessions import SessionKeyError
 
     rewards, mask, uids, _, keys = session_batch(9, dtype=torch.float32)
     keys = list(keys)

@@ -16,8 +16,8 @@ import pytest
 from composed import compose
 from omegaconf import DictConfig, OmegaConf
 
-from verl_rfpp import validation
-from verl_rfpp.plugin.compose import compose_verl_config
+from verl_rfpp.adapter.compose import compose_verl_config
+from verl_rfpp.contract import validation
 
 RFPP = list(validation.RECIPES["reinforce_plus_plus"])
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])

@@ -1,7 +1,7 @@
 """A verl that moved something the plugin relies on fails loudly, never half-patched
 (docs/contract.md section 8.5).
 
-The cases derive from the patch table (``verl_rfpp.plugin.table.TABLE``): every internal a patch
+The cases derive from the patch table (``verl_rfpp.adapter.table.TABLE``): every internal a patch
 declares is deleted, and replaced by another call shape (``reshape``) or kind (``retype``) where
 the patch relies on one. Each case runs in this process: ``deactivate()`` (which restores every
 binding, tests/test_patch_table.py), the internal broken, ``activate()``, the checks, then verl
@@ -28,10 +28,12 @@ import pytest
 import torch
 import verl  # noqa: F401  (loads the plugin through its entry point)
 
-from verl_rfpp import cli, plugin, validation
-from verl_rfpp.patching import ABSENT, _resolve
-from verl_rfpp.plugin.compose import compose_verl_config
-from verl_rfpp.plugin.table import TABLE
+from verl_rfpp import plugin
+from verl_rfpp.adapter.compose import compose_verl_config
+from verl_rfpp.adapter.patching import ABSENT, _resolve
+from verl_rfpp.adapter.table import TABLE
+from verl_rfpp.contract import validation
+from verl_rfpp.tools import cli
 
 pytestmark = pytest.mark.slow  # three fresh processes, each importing verl's trainers
 
@@ -89,7 +91,7 @@ def _broken(module: str, path: str, action: str):
 
 def _estimator_call() -> str:
     try:
-        plugin.compute_reinforce_plus_plus_baseline_advantage(
+        plugin.guarded_reinforce_plus_plus_baseline_advantage(
             token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3),
             index=np.array(["a", "a"], dtype=object))
     except plugin.ActivationError as error:
@@ -134,14 +136,16 @@ PROBE = r"""
 import json, sys
 import numpy as np, torch
 import verl  # loads the plugin through its entry point
-from verl_rfpp import cli, plugin, validation
-from verl_rfpp.plugin.compose import compose_verl_config
+from verl_rfpp.tools import cli
+from verl_rfpp import plugin
+from verl_rfpp.contract import validation
+from verl_rfpp.adapter.compose import compose_verl_config
 for module in sys.argv[1:]:
     __import__(module)
 result = {"loaded": "verl_rfpp.plugin" in sys.modules, "status": plugin.hooks_status(),
           "patched": {patch.name: patch.applied() for patch in plugin.TABLE}}
 try:
-    plugin.compute_reinforce_plus_plus_baseline_advantage(
+    plugin.guarded_reinforce_plus_plus_baseline_advantage(
         token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3),
         index=np.array(["a", "a"], dtype=object))
     result["call"] = "ran"

@@ -15,7 +15,7 @@ import ray
 import verl  # noqa: F401  (loads the plugin in this driver, as in verl's TaskRunner)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from verl_rfpp.plugin import workers
+from verl_rfpp.adapter import workers
 
 
 @ray.remote(num_cpus=0)
@@ -32,8 +32,8 @@ def _job_runtime_env() -> dict:
     through the plugin's hook)."""
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
-    from verl_rfpp import validation
-    from verl_rfpp.plugin.compose import compose_verl_config
+    from verl_rfpp.adapter.compose import compose_verl_config
+    from verl_rfpp.contract import validation
 
     return get_ppo_ray_runtime_env(compose_verl_config(list(validation.RECIPES[validation.BASELINE])))
 
@@ -50,7 +50,7 @@ def _init_trainer(estimator: str, actors: list) -> None:
     """verl's v1 ``PPOTrainer.init`` for a config of ``estimator``, its set-up giving ``actors``."""
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    from verl_rfpp.plugin.compose import compose_verl_config
+    from verl_rfpp.adapter.compose import compose_verl_config
 
     class Trainer(PPOTrainer):
         def _setup(self) -> None:

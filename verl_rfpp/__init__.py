@@ -2,7 +2,7 @@
 
 Importing this package has no side effect on verl. verl loads ``verl_rfpp.plugin`` through the
 ``verl.plugins`` entry point, and that module registers the estimators. The public names below
-are imported on first use (PEP 562), so ``import verl_rfpp.cli`` alone loads neither torch nor
+are imported on first use (PEP 562), so ``import verl_rfpp.tools.cli`` alone loads neither torch nor
 verl (``verl-rfpp recipe`` prints in well under a second).
 """
 
@@ -15,11 +15,11 @@ __version__ = "0.1.0"
 
 _HOMES = {
     "verl_rfpp.errors": ("EmptyPopulationError", "NonFiniteError", "RfppError", "RfppInputError"),
-    "verl_rfpp.estimators": ("EstimatorResult", "compute_reinforce_plus_plus_advantage",
+    "verl_rfpp.core.estimators": ("EstimatorResult", "compute_reinforce_plus_plus_advantage",
                              "compute_reinforce_plus_plus_baseline_advantage", "discounted_returns",
                              "group_centered_rewards", "reinforce_plus_plus", "reinforce_plus_plus_baseline"),
-    "verl_rfpp.normalization": ("VARIANCE_FLOOR", "NormalizationStats", "masked_global_normalize"),
-    "verl_rfpp.validation": ("ESTIMATOR_NAMES",),
+    "verl_rfpp.core.normalization": ("VARIANCE_FLOOR", "NormalizationStats", "masked_global_normalize"),
+    "verl_rfpp.contract.validation": ("ESTIMATOR_NAMES",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from verl_rfpp import losses
 from verl_rfpp.bandit.env import TabularBandit, advantages_from, draw_batch, entropy, sgd_step
+from verl_rfpp.core import losses
 from verl_rfpp.errors import RfppError
 
 GRPO, RLOO = "grpo", "rloo"

@@ -17,7 +17,7 @@ import itertools
 import os
 from pathlib import Path
 
-from verl_rfpp.patching import Attribute, Internal, Patch
+from verl_rfpp.adapter.patching import Attribute, Internal, Patch
 
 DUMP_ENV = "VERL_RFPP_ADVANTAGE_DUMP"
 V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"

@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from verl_rfpp import cluster
 from verl_rfpp.cpu import trace
 from verl_rfpp.cpu.launch import METRICS, RunResult
+from verl_rfpp.tools import cluster
 
 REWARD = "critic/score/mean"
 KL_LOSS = "actor/kl_loss"

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from verl_rfpp import cluster, validation
+from verl_rfpp.contract import validation
 from verl_rfpp.cpu import assets, trace
 from verl_rfpp.errors import RfppError
+from verl_rfpp.tools import cluster
 
 METRICS = "metrics.jsonl"  # every step's metrics that the seed decides, one JSON line per step
 TIMING = "timing.jsonl"  # every step's metrics that the clock or the machine decides
@@ -109,12 +110,12 @@ def examples_dir() -> Path:
 def example_overrides(nodes: int, script: Optional[Path] = None) -> list[str]:
     """The Hydra overrides ``examples/<MULTINODE_EXAMPLE>`` passes to ``main_ppo`` with
     ``NNODES=nodes`` and one GPU per node, read from the script itself as ``verl-rfpp check`` reads
-    it (``verl_rfpp.scripts``: statically, nothing of it runs)."""
+    it (``verl_rfpp.tools.scripts``: statically, nothing of it runs)."""
     script = Path(script) if script else examples_dir() / MULTINODE_EXAMPLE
     if not script.is_file():
         raise LaunchError(f"--nodes runs the overrides of {MULTINODE_EXAMPLE}, not found at {script}; "
                           "run it from a source checkout of verl-rfpp (the script is in examples/)")
-    from verl_rfpp import scripts
+    from verl_rfpp.tools import scripts
 
     env = {**os.environ, "NNODES": str(nodes), "GPUS_PER_NODE": "1", "DATA_DIR": "unused", "MODEL": "unused"}
     try:

@@ -1,4 +1,4 @@
-"""The CPU backend's changes to verl, one ``verl_rfpp.patching.Patch`` each (``TABLE``): the
+"""The CPU backend's changes to verl, one ``verl_rfpp.adapter.patching.Patch`` each (``TABLE``): the
 minimal patches for verl 0.9.1's CUDA-only assumptions, each saying what it works around, and two
 observing hooks for the run trace.
 
@@ -13,8 +13,8 @@ import functools
 import importlib
 import os
 
+from verl_rfpp.adapter.patching import Attribute, Internal, Patch, failures
 from verl_rfpp.cpu import trace
-from verl_rfpp.patching import Attribute, Internal, Patch, failures
 
 DISTRIBUTED = "verl.utils.distributed"
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"

@@ -1,6 +1,6 @@
 """The plugin's logger, and how its objects are named and recognised.
 
-``MARKER`` (``verl_rfpp.patching``) is set on every wrapper the plugin puts into verl, so tests
+``MARKER`` (``verl_rfpp.adapter.patching``) is set on every wrapper the plugin puts into verl, so tests
 and ``doctor`` can tell ours apart; ``public`` names the objects verl's registries hold.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from verl_rfpp.patching import MARKER, is_ours, marked
+from verl_rfpp.adapter.patching import MARKER, is_ours, marked
 
 __all__ = ["MARKER", "PUBLIC_MODULE", "is_ours", "logger", "marked", "public"]
 

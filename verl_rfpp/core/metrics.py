@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from verl_rfpp.normalization import NormalizationStats
+from verl_rfpp.core.normalization import NormalizationStats
 
 PREFIX = "rfpp/"
 NAMES = {

@@ -12,13 +12,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from verl_rfpp import estimators, validation
+from verl_rfpp.adapter import sessions
+from verl_rfpp.adapter.patching import Internal
+from verl_rfpp.adapter.state import public
+from verl_rfpp.adapter.versions import no_loader_problem
+from verl_rfpp.contract import validation
+from verl_rfpp.core import estimators
+from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.errors import RfppError
-from verl_rfpp.metrics import STEP_METRICS
-from verl_rfpp.patching import Internal
-from verl_rfpp.plugin import sessions
-from verl_rfpp.plugin.state import public
-from verl_rfpp.versions import no_loader_problem
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"  # the estimator and policy-loss registries
 INTERNALS = (
@@ -64,13 +65,15 @@ def _after_call(name: str, result: estimators.EstimatorResult) -> None:
 
 
 @public
-def compute_reinforce_plus_plus_advantage(
+def guarded_reinforce_plus_plus_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's registry entry ``reinforce_plus_plus`` (docs/contract.md sections 2, 4, 9).
+    """verl's registry entry ``reinforce_plus_plus`` (docs/contract.md sections 2, 4, 8, 9): the pure
+    ``verl_rfpp.compute_reinforce_plus_plus_advantage`` behind the activation guard and the run
+    config's check (once per process), its statistics kept for verl's logger.
 
     Args:
         token_level_rewards: ``(bs, response_length)``.
@@ -87,7 +90,7 @@ def compute_reinforce_plus_plus_advantage(
 
 
 @public
-def compute_reinforce_plus_plus_baseline_advantage(
+def guarded_reinforce_plus_plus_baseline_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     config: Any = None,
@@ -95,7 +98,10 @@ def compute_reinforce_plus_plus_baseline_advantage(
     session: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's registry entry ``reinforce_plus_plus_baseline`` (docs/contract.md sections 3, 4, 9).
+    """verl's registry entry ``reinforce_plus_plus_baseline`` (docs/contract.md sections 3, 4, 8, 9):
+    the pure ``verl_rfpp.compute_reinforce_plus_plus_baseline_advantage`` behind the activation guard
+    and the run config's check (once per process), with the v1 step's agent sessions, its statistics
+    kept for verl's logger.
 
     Args:
         token_level_rewards: ``(bs, response_length)``.
@@ -117,8 +123,8 @@ def compute_reinforce_plus_plus_baseline_advantage(
 
 
 ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
-    "reinforce_plus_plus": compute_reinforce_plus_plus_advantage,
-    "reinforce_plus_plus_baseline": compute_reinforce_plus_plus_baseline_advantage,
+    "reinforce_plus_plus": guarded_reinforce_plus_plus_advantage,
+    "reinforce_plus_plus_baseline": guarded_reinforce_plus_plus_baseline_advantage,
 }
 
 
@@ -134,7 +140,7 @@ def activation_problem(name: str, config: Any = None) -> Optional[str]:
     could not attach (a verl internal it relies on is missing or changed), or
     ``get_adv_estimator_fn(name)`` not ours. (A key of the run config the rules read that is
     missing, removed by the user or renamed by verl, is a violation of section 6.2.9.)"""
-    from verl_rfpp.plugin import table
+    from verl_rfpp.adapter import table
 
     moved = table.problem()
     if moved is not None:

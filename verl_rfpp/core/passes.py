@@ -1,7 +1,7 @@
 """The passes over ``(bs, T)`` tensors that the estimators and the normalization make.
 
 Each function is one pass of docs/contract.md sections 2-4 and has two implementations with one contract:
-on CPU tensors, a fused numba kernel (``verl_rfpp.kernels``: one read of the inputs, float64
+on CPU tensors, a fused numba kernel (``verl_rfpp.core.kernels``: one read of the inputs, float64
 accumulators); on any other device, torch operations. ``VERL_RFPP_CPU_KERNELS=0`` selects the
 torch operations on the CPU too (for platforms without numba, and for the tests that check both).
 
@@ -140,9 +140,9 @@ def row_lengths(valid: torch.Tensor) -> torch.Tensor:
 
 
 def _run_kernel(name: str, shape: torch.Size, *arrays) -> None:
-    """Run ``verl_rfpp.kernels.<name>`` over the rows of ``shape`` on torch's thread count."""
+    """Run ``verl_rfpp.core.kernels.<name>`` over the rows of ``shape`` on torch's thread count."""
     try:
-        from verl_rfpp import kernels  # numba is imported on first use, not in every verl process
+        from verl_rfpp.core import kernels  # numba is imported on first use, not in every verl process
     except Exception as error:  # ImportError, or OSError/RuntimeError when llvmlite cannot load
         raise RfppInputError(
             f"verl_rfpp: the CPU kernels need numba, whose import failed with {type(error).__name__}: "

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from verl_rfpp import validation
+from verl_rfpp.adapter.patching import Internal, marked
+from verl_rfpp.contract import validation
 from verl_rfpp.errors import RfppError
-from verl_rfpp.patching import Internal, marked
 
 V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"
 FUNCTION = "compute_advantage_for_multi_trajectories"  # bound by name in trainer_base from v1.utils

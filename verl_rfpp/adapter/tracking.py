@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from verl_rfpp.metrics import STEP_METRICS
-from verl_rfpp.patching import Internal, marked
+from verl_rfpp.adapter.patching import Internal, marked
+from verl_rfpp.core.metrics import STEP_METRICS
 
 TRACKING = "verl.utils.tracking"
 INTERNALS = (Internal(TRACKING, "Tracking.log", ("self", "data", "step")),)

@@ -1,5 +1,5 @@
 """The record type of every change verl-rfpp makes to verl, and the loops over a table of them
-(docs/contract.md section 8.5). Imports nothing of verl: ``verl_rfpp.plugin.table`` holds the
+(docs/contract.md section 8.5). Imports nothing of verl: ``verl_rfpp.adapter.table`` holds the
 plugin's table, ``verl_rfpp.cpu.patches`` the CPU backend's.
 
 A ``Patch`` puts ``replace(verl's object)`` into one slot of one verl module: an attribute (a

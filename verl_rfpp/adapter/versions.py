@@ -4,7 +4,7 @@ installed distributions' metadata: no verl import (``verl-rfpp recipe`` and ``de
 verl loads plugins through its ``verl.plugins`` entry point from release 0.9.0 on: an older verl
 never imports us, so its own estimators run under our names. Every release with that loader is
 supported; the tested ones are ``TESTED_VERL``. A newer, untested verl gets a WARNING, and the
-activation checks (``verl_rfpp.plugin.table``) stop a run if it moved something the plugin relies on.
+activation checks (``verl_rfpp.adapter.table``) stop a run if it moved something the plugin relies on.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 from importlib import metadata
 from typing import Optional
 
-logger = logging.getLogger("verl_rfpp")  # the plugin's logger (verl_rfpp.plugin.state)
+logger = logging.getLogger("verl_rfpp")  # the plugin's logger (verl_rfpp.adapter.state)
 
 PLUGIN_LOADER_SINCE = (0, 9, 0)  # the first verl whose ``import verl`` loads ``verl.plugins`` entry points
 TESTED_VERL = ("0.9.0", "0.9.1")  # CI runs the tests on each of these

@@ -247,10 +247,10 @@ REQUIRED_KEYS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rule:
     """One row of docs/contract.md's 6.2 table: ``find(config, estimator, rule)`` returns its
-    violations of a complete, well-typed config of one of ``estimators``."""
+    violations of a complete, well-typed config of one of ``estimators``. Written with keywords."""
 
     id: str
     estimators: tuple[str, ...]
@@ -507,7 +507,7 @@ def _kl_coefficient(config: DictConfig, estimator: str, rule: Rule) -> list[Viol
 
 def clip_ratios(config: DictConfig) -> dict[str, tuple[str, Any]]:
     """The clip ranges the rfpp loss uses, as verl reads them (``core_algos.compute_policy_loss``,
-    ``plugin/actor_loss``): ``low``/``high`` -> (the key that sets it, its value);
+    ``adapter/actor_loss``): ``low``/``high`` -> (the key that sets it, its value);
     ``clip_ratio_low``/``_high`` when not null, else ``clip_ratio``."""
     ranges = {}
     for side in ("low", "high"):
@@ -536,44 +536,109 @@ _ASYNC_WHY = ("asynchronous or off-policy trainers normalize over part of a step
               "docs/contract.md section 4 needs one closed synchronous step batch.")
 
 RULES: tuple[Rule, ...] = (
-    Rule("6.2.1", (BASELINE,), (f"{AR}.rollout.n",), "greater than 1",
-         "with one sample per prompt every group-centred reward C_i is 0 (docs/contract.md section 3).", _rollout_n),
-    Rule("6.2.2", BOTH, (f"{ACTOR}.loss_agg_mode",), f"'{RESPONSE_MEAN}'",
-         "token-level or summed reductions change the objective's denominator (docs/contract.md section 5).",
-         _loss_agg_mode),
-    Rule("6.2.3", BOTH, (f"{ACTOR}.policy_loss.loss_mode",), f"'{POLICY_LOSS_MODE}' (section 5.1)",
-         "verl's 'vanilla' adds dual-clip for negative advantages and other modes replace the "
-         "clipped surrogate of docs/contract.md section 5.", _loss_mode),
-    Rule("6.2.4", BOTH, (SEQUENCE_SPLITTING_KEYS,), "1 (False for a dynamic_* switch)",
-         "context / sequence parallelism splits each response across ranks, which the estimator and the "
-         "response-mean loss do not support (docs/contract.md section 6.2.4).", _sequence_parallel),
-    Rule("6.2.5", BOTH, ("async_training", "trainer.v1.trainer_mode", "trainer.v1.sync.parameter_sync_step"),
-         "no async_training block; v1 trainer_mode 'sync' with parameter_sync_step 1", _ASYNC_WHY, _trainer_mode),
-    Rule("6.2.6", (REINFORCE_PLUS_PLUS,),
-         ("algorithm.use_kl_in_reward", "algorithm.kl_penalty", "algorithm.kl_ctrl.type", f"{ACTOR}.use_kl_loss"),
-         "KL in the reward: k1 penalty, fixed controller; no KL loss",
-         "REINFORCE++ regularizes with k1 KL shaping in the returns (docs/contract.md section 2).", _kl_reward),
-    Rule("6.2.7", (BASELINE,), ("algorithm.use_kl_in_reward", f"{ACTOR}.use_kl_loss", f"{ACTOR}.kl_loss_type"),
-         "no KL in the reward; a KL loss, when on, is k2",
-         "REINFORCE++-baseline's KL is the separate k2 loss (docs/contract.md section 3).", _kl_loss),
-    Rule("6.2.8", BOTH, ("algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.bypass_mode"),
-         "rollout_rs null, bypass_mode False",
-         "rejection sampling and bypass mode change the estimator's inputs or the loss (docs/contract.md "
-         "section 6.2.8).", _rollout_correction),
-    Rule("6.2.9", BOTH, (), "every key of the other rules present, resolving, of the type verl reads",
-         "verl-rfpp's rules and verl's trainer read these keys; without them the rules cannot check the "
-         "method and verl fails or falls back to a default (docs/contract.md section 6.2.9).", _complete),
-    Rule("6.2.10", BOTH, ("algorithm.gamma",), "within [0, 1] or null",
-         "gamma discounts the returns; outside [0, 1] they grow with the distance to the end of the "
-         "response or flip sign (docs/contract.md section 2).", _gamma),
-    Rule("6.2.11", BOTH, ("algorithm.kl_ctrl.kl_coef", f"{ACTOR}.kl_loss_coef"),
-         "a finite number >= 0 for the KL in use",
-         "a negative coefficient rewards moving away from the reference model and nan or inf makes every "
-         "return or loss nan or inf (docs/contract.md sections 2.1 and 3.2).", _kl_coefficient),
-    Rule("6.2.12", BOTH, (f"{ACTOR}.clip_ratio", f"{ACTOR}.clip_ratio_low", f"{ACTOR}.clip_ratio_high"),
-         "0 < eps_low < 1, 0 < eps_high finite",
-         "the ratio rho > 0 is clipped to [1 - eps_low, 1 + eps_high]: eps_low >= 1 removes the lower clip, "
-         "a bound <= 0 or not finite clips nothing or everything (docs/contract.md section 5.1).", _clip_ratio),
+    Rule(
+        id="6.2.1",
+        estimators=(BASELINE,),
+        keys=(f"{AR}.rollout.n",),
+        accepts="greater than 1",
+        why="with one sample per prompt every group-centred reward C_i is 0 (docs/contract.md section 3).",
+        find=_rollout_n,
+    ),
+    Rule(
+        id="6.2.2",
+        estimators=BOTH,
+        keys=(f"{ACTOR}.loss_agg_mode",),
+        accepts=f"'{RESPONSE_MEAN}'",
+        why="token-level or summed reductions change the objective's denominator (docs/contract.md section 5).",
+        find=_loss_agg_mode,
+    ),
+    Rule(
+        id="6.2.3",
+        estimators=BOTH,
+        keys=(f"{ACTOR}.policy_loss.loss_mode",),
+        accepts=f"'{POLICY_LOSS_MODE}' (section 5.1)",
+        why="verl's 'vanilla' adds dual-clip for negative advantages and other modes replace the "
+            "clipped surrogate of docs/contract.md section 5.",
+        find=_loss_mode,
+    ),
+    Rule(
+        id="6.2.4",
+        estimators=BOTH,
+        keys=(SEQUENCE_SPLITTING_KEYS,),
+        accepts="1 (False for a dynamic_* switch)",
+        why="context / sequence parallelism splits each response across ranks, which the estimator and the "
+            "response-mean loss do not support (docs/contract.md section 6.2.4).",
+        find=_sequence_parallel,
+    ),
+    Rule(
+        id="6.2.5",
+        estimators=BOTH,
+        keys=("async_training", "trainer.v1.trainer_mode", "trainer.v1.sync.parameter_sync_step"),
+        accepts="no async_training block; v1 trainer_mode 'sync' with parameter_sync_step 1",
+        why=_ASYNC_WHY,
+        find=_trainer_mode,
+    ),
+    Rule(
+        id="6.2.6",
+        estimators=(REINFORCE_PLUS_PLUS,),
+        keys=("algorithm.use_kl_in_reward", "algorithm.kl_penalty", "algorithm.kl_ctrl.type", f"{ACTOR}.use_kl_loss"),
+        accepts="KL in the reward: k1 penalty, fixed controller; no KL loss",
+        why="REINFORCE++ regularizes with k1 KL shaping in the returns (docs/contract.md section 2).",
+        find=_kl_reward,
+    ),
+    Rule(
+        id="6.2.7",
+        estimators=(BASELINE,),
+        keys=("algorithm.use_kl_in_reward", f"{ACTOR}.use_kl_loss", f"{ACTOR}.kl_loss_type"),
+        accepts="no KL in the reward; a KL loss, when on, is k2",
+        why="REINFORCE++-baseline's KL is the separate k2 loss (docs/contract.md section 3).",
+        find=_kl_loss,
+    ),
+    Rule(
+        id="6.2.8",
+        estimators=BOTH,
+        keys=("algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.bypass_mode"),
+        accepts="rollout_rs null, bypass_mode False",
+        why="rejection sampling and bypass mode change the estimator's inputs or the loss (docs/contract.md "
+            "section 6.2.8).",
+        find=_rollout_correction,
+    ),
+    Rule(
+        id="6.2.9",
+        estimators=BOTH,
+        keys=(),
+        accepts="every key of the other rules present, resolving, of the type verl reads",
+        why="verl-rfpp's rules and verl's trainer read these keys; without them the rules cannot check the "
+            "method and verl fails or falls back to a default (docs/contract.md section 6.2.9).",
+        find=_complete,
+    ),
+    Rule(
+        id="6.2.10",
+        estimators=BOTH,
+        keys=("algorithm.gamma",),
+        accepts="within [0, 1] or null",
+        why="gamma discounts the returns; outside [0, 1] they grow with the distance to the end of the "
+            "response or flip sign (docs/contract.md section 2).",
+        find=_gamma,
+    ),
+    Rule(
+        id="6.2.11",
+        estimators=BOTH,
+        keys=("algorithm.kl_ctrl.kl_coef", f"{ACTOR}.kl_loss_coef"),
+        accepts="a finite number >= 0 for the KL in use",
+        why="a negative coefficient rewards moving away from the reference model and nan or inf makes every "
+            "return or loss nan or inf (docs/contract.md sections 2.1 and 3.2).",
+        find=_kl_coefficient,
+    ),
+    Rule(
+        id="6.2.12",
+        estimators=BOTH,
+        keys=(f"{ACTOR}.clip_ratio", f"{ACTOR}.clip_ratio_low", f"{ACTOR}.clip_ratio_high"),
+        accepts="0 < eps_low < 1, 0 < eps_high finite",
+        why="the ratio rho > 0 is clipped to [1 - eps_low, 1 + eps_high]: eps_low >= 1 removes the lower clip, "
+            "a bound <= 0 or not finite clips nothing or everything (docs/contract.md section 5.1).",
+        find=_clip_ratio,
+    ),
 )
 COMPLETENESS = "6.2.9"
 

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from verl_rfpp import validation
+from verl_rfpp.contract import validation
 
 LOADING_VARIABLES = ("VERL_USE_EXTERNAL_PLUGINS", "VERL_USE_EXTERNAL_MODULES", "PYTHONPATH")
 TIMEOUT_S = 300
@@ -27,7 +27,7 @@ loaded = "verl_rfpp.plugin" in sys.modules
 registered = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
 problems = {}
 if not loaded:
-    from verl_rfpp.plugin.registries import not_loaded_problem
+    from verl_rfpp.adapter.registries import not_loaded_problem
     problems = {name: not_loaded_problem(name) for name in NAMES}
 print("\\nverl-rfpp-environment " + json.dumps({"loaded": loaded, "problems": problems, "registered": registered}))
 """

@@ -1,7 +1,7 @@
 """One verdict on a run config, for ``verl-rfpp check`` and verl's ``validate_config`` alike
 (docs/contract.md sections 6.3, 6.4 and 6.5): is the run ours, would verl run our estimator (active), and
 does the config keep the contract (valid), asked in that order. The rules themselves are
-``verl_rfpp.validation``'s pure table; this module adds what needs verl: its registry and the
+``verl_rfpp.contract.validation``'s pure table; this module adds what needs verl: its registry and the
 plugin's activation state."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
 
-from verl_rfpp import validation
+from verl_rfpp.adapter.registries import ActivationError, activation_problem, not_loaded_problem
+from verl_rfpp.adapter.runtime_env import config_notes
+from verl_rfpp.contract import validation
 from verl_rfpp.errors import RfppError
-from verl_rfpp.plugin.registries import ActivationError, activation_problem, not_loaded_problem
-from verl_rfpp.plugin.runtime_env import config_notes
 
 OK, REFUSED, UNREADABLE = 0, 1, 3  # the exit status of each verdict (verl-rfpp check --help)
 
@@ -57,7 +57,7 @@ class Verdict:
 def judge(config: Any, plugin_loaded: bool = True) -> Verdict:
     """The verdict on ``config``. ``plugin_loaded``: whether verl loaded this plugin through its
     entry point (always so inside verl's ``validate_config``; ``check`` says, see
-    ``verl_rfpp.loading``). Anything that is not an OmegaConf config is not ours."""
+    ``verl_rfpp.adapter.loading``). Anything that is not an OmegaConf config is not ours."""
     if not isinstance(config, DictConfig):
         return Verdict(None, None)
     try:

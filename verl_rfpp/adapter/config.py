@@ -8,9 +8,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from verl_rfpp.patching import Internal, marked
-from verl_rfpp.plugin import verdict
-from verl_rfpp.plugin.state import logger
+from verl_rfpp.adapter import verdict
+from verl_rfpp.adapter.patching import Internal, marked
+from verl_rfpp.adapter.state import logger
 
 VERL_CONFIG = "verl.utils.config"
 INTERNALS = (Internal(VERL_CONFIG, "validate_config", ("config",)),)

@@ -1,5 +1,5 @@
 """What a launch script passes to ``verl.trainer.main_ppo``, read without running anything
-(docs/contract.md section 6.5): the script is evaluated by ``verl_rfpp.shell``; every command it
+(docs/contract.md section 6.5): the script is evaluated by ``verl_rfpp.tools.shell``; every command it
 would start is answered here, as on a Linux machine with NVIDIA GPUs, and never run. A command
 whose words start main_ppo (``-m verl.trainer.main_ppo``, ``-mverl.trainer.main_ppo`` or a path
 ending in ``verl/trainer/main_ppo.py``, behind any interpreter or launcher: ``uv run``,
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from verl_rfpp import shell
+from verl_rfpp.tools import shell
 
 MAIN_PPO = "verl.trainer.main_ppo"
 MAIN_PPO_FILE = "verl/trainer/main_ppo.py"

@@ -17,10 +17,10 @@ import functools
 import os
 from typing import Any, Callable, Optional
 
-from verl_rfpp import validation
+from verl_rfpp.adapter.patching import Internal, marked
+from verl_rfpp.adapter.state import logger
+from verl_rfpp.contract import validation
 from verl_rfpp.errors import RfppError
-from verl_rfpp.patching import Internal, marked
-from verl_rfpp.plugin.state import logger
 
 LEGACY_TRAINER = "verl.trainer.ppo.ray_trainer"  # RayPPOTrainer.init_workers
 V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"  # PPOTrainer.init

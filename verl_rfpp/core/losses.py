@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import torch
 
-from verl_rfpp import inputs
+from verl_rfpp.core import inputs
 from verl_rfpp.errors import RfppInputError
 
 # exp(20) ~ 4.9e8 keeps rho finite in float32; |log rho| > 20 never occurs in a sane update.

@@ -9,10 +9,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from verl_rfpp import inputs, losses, validation
+from verl_rfpp.adapter.patching import Internal, marked
+from verl_rfpp.adapter.state import public
+from verl_rfpp.contract import validation
+from verl_rfpp.core import inputs, losses
 from verl_rfpp.errors import RfppError
-from verl_rfpp.patching import Internal, marked
-from verl_rfpp.plugin.state import public
 
 LOSSES = "verl.workers.utils.losses"  # ppo_loss: policy loss + verl's entropy and k2 terms
 # bind it by name at import (the engine workers before the plugin could wrap it, were it not for the table)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sized
 from numbers import Real
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -17,9 +17,9 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl_rfpp import inputs, passes
+from verl_rfpp.core import inputs, passes
+from verl_rfpp.core.normalization import NormalizationStats, normalize_rows, normalize_with_sums, refuse_on_every_rank
 from verl_rfpp.errors import NonFiniteError, RfppInputError
-from verl_rfpp.normalization import NormalizationStats, normalize_rows, normalize_with_sums, refuse_on_every_rank
 
 
 class EstimatorResult(NamedTuple):
@@ -150,21 +150,31 @@ def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int, np.ndarray]:
             "form prompt groups (docs/contract.md section 3); pass index=data.non_tensor_batch['uid']."
         )
     uids = _uid_array(index)
-    if uids.ndim != 1 or len(uids) != batch:
-        raise RfppInputError(
-            f"verl_rfpp: index must hold one uid per row ({batch} rows), got shape {uids.shape}."
-        )
+
+    def unhashable(error: TypeError) -> str:
+        kinds = sorted({type(uid).__name__ for uid in uids if not _hashable(uid)})
+        return (f"verl_rfpp: index holds unhashable uids ({', '.join(kinds) or error}); a uid must be "
+                "hashable (a string, a number, a tuple) to form groups (docs/contract.md section 3).")
+
+    return _factorize(uids, batch, f"verl_rfpp: index must hold one uid per row ({batch} rows), got shape "
+                      f"{uids.shape}.", unhashable)
+
+
+def _factorize(labels: np.ndarray, batch: int, wrong_shape: str,
+               unhashable: Callable[[TypeError], str]) -> tuple[torch.Tensor, int, np.ndarray]:
+    """Integer ids of the hashable ``labels`` (one per row; vectorized), their number, and which
+    rows have none (``None``, NaN): the factorization of uids into groups and of labels into
+    sessions (docs/contract.md sections 3.2 and 3.7). ``wrong_shape`` and ``unhashable(error)``
+    are the messages of the two refusals."""
+    if labels.ndim != 1 or len(labels) != batch:
+        raise RfppInputError(wrong_shape)
     import pandas as pd  # here, not at import: pandas costs every process that imports verl ~0.2 s
 
     try:
-        codes, uniques = pd.factorize(uids, use_na_sentinel=False)
-    except TypeError as error:  # an unhashable uid (a list, a dict)
-        kinds = sorted({type(uid).__name__ for uid in uids if not _hashable(uid)})
-        raise RfppInputError(
-            f"verl_rfpp: index holds unhashable uids ({', '.join(kinds) or error}); a uid must be "
-            "hashable (a string, a number, a tuple) to form groups (docs/contract.md section 3)."
-        ) from error
-    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques), np.asarray(pd.isna(uids), dtype=bool)
+        codes, uniques = pd.factorize(labels, use_na_sentinel=False)
+    except TypeError as error:  # an unhashable label (a list, a dict)
+        raise RfppInputError(unhashable(error)) from error
+    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques), np.asarray(pd.isna(labels), dtype=bool)
 
 
 def _hashable(value: Any) -> bool:
@@ -249,21 +259,11 @@ def _session_codes(session: Any, batch: int) -> tuple[torch.Tensor, int, np.ndar
             "response is its own session."
         )
     labels = _uid_array(session)
-    if labels.ndim != 1 or len(labels) != batch:
-        raise RfppInputError(
-            f"verl_rfpp: session must hold one label per row ({batch} rows), got shape {labels.shape} "
-            "(docs/contract.md section 3.7)."
-        )
-    import pandas as pd
-
-    try:
-        codes, uniques = pd.factorize(labels, use_na_sentinel=False)
-    except TypeError as error:
-        raise RfppInputError(
-            f"verl_rfpp: session holds unhashable labels ({error}); a session label must be hashable "
-            "(a string, a number, a tuple) (docs/contract.md section 3.7)."
-        ) from error
-    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques), np.asarray(pd.isna(labels), dtype=bool)
+    return _factorize(
+        labels, batch, f"verl_rfpp: session must hold one label per row ({batch} rows), got shape {labels.shape} "
+        "(docs/contract.md section 3.7).",
+        lambda error: f"verl_rfpp: session holds unhashable labels ({error}); a session label must be hashable "
+                      "(a string, a number, a tuple) (docs/contract.md section 3.7).")
 
 
 def _group_of_each_session(codes: np.ndarray, sessions: torch.Tensor, session_count: int, session_missing: np.ndarray,

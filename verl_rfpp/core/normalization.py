@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, NoReturn, Optional
 import torch
 import torch.distributed as dist
 
-from verl_rfpp import inputs, passes
+from verl_rfpp.core import inputs, passes
 from verl_rfpp.errors import EmptyPopulationError, NonFiniteError, RfppError, RfppInputError
 
 VARIANCE_FLOOR = 1e-8

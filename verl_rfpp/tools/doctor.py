@@ -2,7 +2,7 @@
 
 ``report()`` builds it (it imports verl, which loads the plugin when verl does); ``render()`` is
 the text the CLI prints; ``Report.to_dict`` / ``from_dict`` carry it from a cluster node's process
-back to the driver (``verl_rfpp.cluster_doctor``), so every node runs the very same checks.
+back to the driver (``verl_rfpp.tools.cluster_doctor``), so every node runs the very same checks.
 """
 
 from __future__ import annotations
@@ -108,14 +108,14 @@ def kernel_cases():
 def cpu_kernels_checks() -> list[tuple[str, bool]]:
     """Compile and run every CPU kernel as verl's driver will on its first step, against exact
     values; a disk cache numba cannot use is a FAIL line of its own (the kernels still run)."""
-    from verl_rfpp import passes
+    from verl_rfpp.core import passes
 
     try:
         if not passes.uses_cpu_kernels():
             return [(f"CPU kernels switched off ({passes.CPU_KERNELS_VARIABLE}=0): torch operations", True)]
         import numba
 
-        from verl_rfpp import kernels
+        from verl_rfpp.core import kernels
 
         wrong = []
         for label, run, returns, advantages in kernel_cases():

@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from verl_rfpp import arguments, quiet, validation
+from verl_rfpp.contract import validation
+from verl_rfpp.tools import arguments, quiet
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -21,12 +22,12 @@ def _doctor(args: argparse.Namespace) -> int:
     them on stderr, to its caller, and prints the report as one line."""
     if args.ray is not None:
         return _doctor_cluster(args)
-    from verl_rfpp import doctor
+    from verl_rfpp.tools import doctor
 
     with quiet.quiet("doctor", verbose=args.verbose or args.json) as log:
         report = doctor.report()
     if args.json:
-        from verl_rfpp import cluster_doctor
+        from verl_rfpp.tools import cluster_doctor
 
         print(cluster_doctor.to_json(report))
     else:
@@ -38,7 +39,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _doctor_cluster(args: argparse.Namespace) -> int:
     """``--ray``: the report of every alive node of a Ray cluster, one line per node (exit 2: no
     cluster at that address, in one line naming it)."""
-    from verl_rfpp import cluster_doctor
+    from verl_rfpp.tools import cluster_doctor
 
     with quiet.quiet("doctor", verbose=args.verbose) as log:
         try:
@@ -129,7 +130,7 @@ def _unreadable_message(error: validation.UnreadableConfigError, overrides: Sequ
 def _check(args: argparse.Namespace) -> int:
     """Read the runs (a script's main_ppo launches, or overrides), compose verl's config as main_ppo
     would, and print ``verdict.judge``'s verdict for each; the worst exit status."""
-    from verl_rfpp import scripts
+    from verl_rfpp.tools import scripts
 
     words = list(args.arguments)
     try:
@@ -203,7 +204,7 @@ def _print_after(log, verdicts: str) -> None:
 def _check_launch(launch, reading, script: str, command: tuple) -> int:
     """One run of a script: its overrides judged in the environment the script gives it. A value the
     reading cannot know is judged as two different stand-ins: the same verdict, or exit 2."""
-    from verl_rfpp import scripts
+    from verl_rfpp.tools import scripts
 
     try:
         run = scripts.parse_main_ppo(launch.known("unknown"))
@@ -244,7 +245,7 @@ def _config_dir(run) -> tuple:
 def _loaded_for(launch, reading, script: str):
     """What verl loads in the launch's environment when the script changes it (``None``: check's
     own environment holds); an exit status when that cannot be found out."""
-    from verl_rfpp.plugin import environment
+    from verl_rfpp.adapter import environment
 
     changed = environment.differs(launch.environment)
     if not changed:
@@ -262,10 +263,10 @@ def _loaded_for(launch, reading, script: str):
 def _judge(overrides: Sequence[str], config_path: Optional[str], config_name: Optional[str],
            command: Sequence[str] = (), forwards: bool = True, loaded=None) -> tuple[int, list]:
     """The verdict on one run's overrides: its exit status and the lines to print."""
-    from verl_rfpp import loading
+    from verl_rfpp.adapter import loading
 
     plugin_loaded = loading.verl_loads_plugin()
-    from verl_rfpp.plugin import compose, verdict
+    from verl_rfpp.adapter import compose, verdict
 
     try:
         config = compose.compose_verl_config(list(overrides), config_path, config_name)
@@ -287,8 +288,8 @@ def _judge(overrides: Sequence[str], config_path: Optional[str], config_name: Op
 
 def _in_environment(found, loaded):
     """``found`` as verl in the script's environment would have it (``loaded``: what it loads there)."""
-    from verl_rfpp.plugin import verdict
-    from verl_rfpp.plugin.registries import ActivationError
+    from verl_rfpp.adapter import verdict
+    from verl_rfpp.adapter.registries import ActivationError
 
     if found.estimator is not None and not loaded.loaded:
         return verdict.Verdict(found.name, found.estimator, refusal=ActivationError(loaded.problems[found.estimator]))
@@ -348,7 +349,7 @@ def _no_loader_problem() -> Optional[str]:
     from the installed metadata, without importing verl."""
     from importlib import metadata
 
-    from verl_rfpp.versions import no_loader_problem
+    from verl_rfpp.adapter.versions import no_loader_problem
 
     try:
         return no_loader_problem(metadata.version("verl"))
