@@ -71,9 +71,9 @@ def test_data_blocks_are_half_informative_and_fixed_by_the_seed(tmp_path):
     import pandas as pd
 
     for design in noisy_task.DESIGNS.values():
-        build = lambda name, seed: pd.read_parquet(noisy_task.build_data(  # noqa: E731
+        first, again, other = (pd.read_parquet(noisy_task.build_data(
             tmp_path / design.key / name, design, seed=seed, steps=6, noise_std=0.1)["train"])
-        first, again, other = build("a", 1), build("b", 1), build("c", 2)
+            for name, seed in (("a", 1), ("b", 1), ("c", 2)))
         texts = lambda frame: [p[0]["content"] for p in frame["prompt"]]  # noqa: E731
         size = design.prompts_per_step
         assert len(first) == 6 * size and texts(first) == texts(again) and texts(first) != texts(other)
