@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from verl_rfpp import cli
-from verl_rfpp.curves import noisy, noisy_task, report, series
+from verl_rfpp.curves import noisy, noisy_reward, noisy_task, report, series
 from verl_rfpp.curves.runs import METHODS
 
 P = noisy_task.PREFIX
@@ -92,7 +92,7 @@ def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order(
 
     truth = json.dumps({"quality": {"A": 0.7, "": -1.0}, "noise_std": 0.1, "seed": 5})
     sessions = [f"train-3-{index}-{sample}-0" for index in range(2_000) for sample in range(10)]
-    score = lambda session, answer="A", t=truth: noisy_task.compute_score(  # noqa: E731
+    score = lambda session, answer="A", t=truth: noisy_reward.compute_score(  # noqa: E731
         "x", answer, t, extra_info={"index": 1, SESSION_KEY: session})
     draws = torch.tensor([score(s) for s in sessions], dtype=torch.float64)
     assert abs(float(draws.mean()) - 0.7) < 0.003 and abs(float(draws.std()) - 0.1) < 0.003
@@ -104,7 +104,24 @@ def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order(
     with pytest.raises(noisy_task.NoisyTaskError, match="'B'"):
         score("s", "B")
     with pytest.raises(noisy_task.NoisyTaskError, match=SESSION_KEY):
-        noisy_task.compute_score("x", "A", truth, extra_info={"index": 1})
+        noisy_reward.compute_score("x", "A", truth, extra_info={"index": 1})
+
+
+def test_verl_loads_the_reward_function_by_the_path_the_runs_give_it(tmp_path):
+    """verl executes the file at ``reward.custom_reward_function.path`` without registering it in
+    ``sys.modules`` (so, for one, a dataclass there fails to build): the path ``overrides`` gives,
+    loaded as verl loads it, scores like ``noisy_reward.compute_score``."""
+    from verl.utils.import_utils import load_extern_object
+
+    from verl_rfpp.cpu.patches import SESSION_KEY
+
+    given = noisy.overrides({"train": "t", "test": "v"}, {"model": "m"}, 0.01, noisy_task.SEPARATE)
+    path = next(o.split("=", 1)[1] for o in given if o.startswith("reward.custom_reward_function.path="))
+    compute_score = load_extern_object(module_path=path, object_name="compute_score")
+    truth = json.dumps({"quality": {"A": 0.7}, "noise_std": 0.1, "seed": 5})
+    info = {"index": 1, SESSION_KEY: "train-1-1-0-0"}
+    expected = noisy_reward.compute_score("x", "A", truth, extra_info=info)
+    assert compute_score("x", "A", truth, extra_info=info) == expected
 
 
 def test_the_cpu_backend_hands_each_session_its_identity_in_a_copy_of_extra_info():

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from verl_rfpp.cpu import launch, patches
-from verl_rfpp.curves import noisy_task
+from verl_rfpp.curves import noisy_reward, noisy_task
 from verl_rfpp.curves.runs import METHODS, CurvesError, Method, proof, read_events
 from verl_rfpp.curves.runs import problem as method_problem
 from verl_rfpp.curves.series import band, mean, paired, seed_series, series, std
@@ -41,7 +41,7 @@ def overrides(paths: dict, spec: dict, lr: float, design: noisy_task.Design) -> 
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rows}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={rows}",
         f"actor_rollout_ref.model.path={spec['model']}",
-        f"reward.custom_reward_function.path={Path(noisy_task.__file__).resolve()}",
+        f"reward.custom_reward_function.path={Path(noisy_reward.__file__).resolve()}",
         "reward.custom_reward_function.name=compute_score",
         f"actor_rollout_ref.actor.optim.lr={lr}",
     ]

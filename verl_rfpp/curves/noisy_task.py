@@ -5,7 +5,8 @@ prompts with nothing to learn" can show.
 Informative and flat prompts; the response is one token, the answer. Every answer word ``a`` of
 prompt ``p`` has a true quality ``q_p(a)``: N(0, 1) draws (seeded, fixed for the task) on
 informative prompts, 0 for every answer on flat ones. The observed reward is
-``q_p(a) + noise_std * noise(seed, session)``, fresh per sample, like a learned reward model's.
+``q_p(a) + noise_std * noise(seed, session)``, fresh per sample, like a learned reward model's
+(``noisy_reward``).
 The model is a tiny random Qwen2 with a word-level vocabulary (every token is an answer; special
 tokens and the newline decode to the empty answer). Two ``Design`` records say how the model sees
 the prompts and how many prompts and samples a step trains on: ``SEPARATE`` (the default: each
@@ -214,36 +215,6 @@ def build_data(directory: Path, design: Design, seed: int, steps: int, noise_std
     pd.DataFrame(train).to_parquet(paths["train"])
     pd.DataFrame(test).to_parquet(paths["test"])
     return paths
-
-
-_TRUTHS: dict[str, dict] = {}
-
-
-def noise(seed: int, session: str) -> float:
-    """The reward noise of one session: an N(0, 1) draw from a stream seeded by the run seed and the
-    session's identity (``verl_rfpp.cpu.patches``: step, prompt index, sample, session), so a
-    sample's noise does not depend on the order verl scores the samples in, and every method of one
-    seed sees the same noise for the same sample."""
-    return random.Random(f"noisy-reward:{seed}:{session}").gauss(0.0, 1.0)
-
-
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
-    """verl custom reward function: the answer's true quality plus ``noise_std * noise(seed, session)``,
-    the session read from ``extra_info`` (the CPU backend puts it there)."""
-    from verl_rfpp.cpu.patches import SESSION_KEY
-
-    truth = _TRUTHS.get(ground_truth)
-    if truth is None:
-        truth = _TRUTHS[ground_truth] = json.loads(ground_truth)
-    answer = answer_of(solution_str)
-    if answer not in truth["quality"]:
-        raise NoisyTaskError(f"compute_score: answer {answer!r} (response {solution_str!r}) is not one of the "
-                             f"task's answers {sorted(truth['quality'])}; the tokenizer and the data disagree")
-    session = (extra_info or {}).get(SESSION_KEY)
-    if session is None:
-        raise NoisyTaskError(f"compute_score: extra_info has no {SESSION_KEY!r} (got keys {sorted(extra_info or {})}); "
-                             "the noisy task runs on the CPU backend, which puts each sample's session there")
-    return truth["quality"][answer] + truth["noise_std"] * noise(truth["seed"], session)
 
 
 def _entropy(probs: list[float]) -> float:
