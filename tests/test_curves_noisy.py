@@ -11,53 +11,80 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_rfpp.curves import noisy, noisy_task, report
+from verl_rfpp.curves import noisy, noisy_reward, noisy_task, report, series
 from verl_rfpp.curves.runs import METHODS
 from verl_rfpp.tools import cli
 
 P = noisy_task.PREFIX
 
 
+@pytest.fixture(scope="module", params=sorted(noisy_task.DESIGNS))
+def built(request, tmp_path_factory):
+    design = noisy_task.DESIGNS[request.param]
+    return design, noisy_task.build_assets(tmp_path_factory.mktemp("noisy") / request.param, design)
+
+
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
-    return noisy_task.build_assets(tmp_path_factory.mktemp("noisy") / "assets")
+    return noisy_task.build_assets(tmp_path_factory.mktemp("noisy") / "assets", noisy_task.SEPARATE)
 
 
-def test_prompts_tokenize_as_verl_will_and_every_token_is_an_answer(spec):
-    from transformers import AutoTokenizer
+def test_prompts_tokenize_as_verl_will_and_every_token_is_an_answer(built):
+    from transformers import AutoConfig, AutoTokenizer
 
+    design, spec = built
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])  # what verl loads (a Qwen2 tokenizer)
-    assert len(spec["prompts"]) == 2 * noisy_task.PROMPTS_PER_KIND
+    assert spec["design"] == design.key and len(spec["prompts"]) == 16
     for row in spec["prompts"]:
         text = tokenizer.apply_chat_template([{"role": "user", "content": row["text"]}], add_generation_prompt=True,
                                              tokenize=False)
         assert tokenizer.encode(text, add_special_tokens=False) == row["ids"]
-        assert tokenizer.convert_ids_to_tokens(row["ids"][1:3]) == [row["text"][0], row["text"][1]]
+        if design.one_token:  # the prompt's own token, last: the answer is read at its embedding
+            assert tokenizer.convert_ids_to_tokens(row["ids"]) == ["<|im_start|>", row["text"]]
+        else:  # two tokens shared with other prompts, read through attention
+            assert tokenizer.convert_ids_to_tokens(row["ids"]) == ["<|im_start|>", *row["text"], "<|im_end|>",
+                                                                    "<|im_start|>"]
         assert len(row["quality"]) == len(tokenizer) == len(row["start"])
         assert math.isclose(sum(row["start"]), 1.0, rel_tol=1e-9)
         if row["kind"] == "flat":
             assert set(row["quality"]) == {0.0}
-    table = noisy_task.qualities()
+    assert len({tuple(row["ids"]) for row in spec["prompts"]}) == 16
+    table = noisy_task.qualities(design)
     for token in range(len(tokenizer)):
         answer = noisy_task.answer_of(tokenizer.decode([token], skip_special_tokens=True))
         for row in spec["prompts"]:
             assert row["quality"][token] == table[row["text"]][answer]  # reward and probe agree per token
     assert tokenizer.encode("\n", add_special_tokens=False) == [3]  # verl's Qwen chat builder needs it
+    assert AutoConfig.from_pretrained(spec["model"]).tie_word_embeddings is design.tied_embeddings
+
+
+def test_the_shared_design_is_the_first_version_of_the_task(built):
+    """The first report's task, token for token: specials, newline, ``i``, ``f``, digits, A-J."""
+    design, spec = built
+    if design is not noisy_task.SHARED:
+        pytest.skip("the shared design's vocabulary")
+    assert spec["prompts"][0]["ids"] == [1, 4, 6, 2, 1] and spec["prompts"][15]["ids"] == [1, 5, 13, 2, 1]
+    assert spec["parameters"] == 19488
 
 
 def test_data_blocks_are_half_informative_and_fixed_by_the_seed(tmp_path):
     import pandas as pd
 
-    first = pd.read_parquet(noisy_task.build_data(tmp_path / "a", seed=1, steps=6, noise_std=0.1)["train"])
-    again = pd.read_parquet(noisy_task.build_data(tmp_path / "b", seed=1, steps=6, noise_std=0.1)["train"])
-    other = pd.read_parquet(noisy_task.build_data(tmp_path / "c", seed=2, steps=6, noise_std=0.1)["train"])
-    texts = lambda frame: [p[0]["content"] for p in frame["prompt"]]  # noqa: E731
-    assert len(first) == 24 and texts(first) == texts(again) and texts(first) != texts(other)
-    for block in range(6):
-        kinds = [info["kind"] for info in first["extra_info"][4 * block: 4 * block + 4]]
-        assert sorted(kinds) == ["flat", "flat", "informative", "informative"]
-    with pytest.raises(noisy_task.NoisyTaskError, match="batch_prompts must be even"):
-        noisy_task.build_data(tmp_path / "d", seed=0, steps=1, noise_std=0.1, batch_prompts=3)
+    for design in noisy_task.DESIGNS.values():
+        first, again, other = (pd.read_parquet(noisy_task.build_data(
+            tmp_path / design.key / name, design, seed=seed, steps=6, noise_std=0.1)["train"])
+            for name, seed in (("a", 1), ("b", 1), ("c", 2)))
+        texts = lambda frame: [p[0]["content"] for p in frame["prompt"]]  # noqa: E731
+        size = design.prompts_per_step
+        assert len(first) == 6 * size and texts(first) == texts(again) and texts(first) != texts(other)
+        for block in range(6):
+            kinds = [info["kind"] for info in first["extra_info"][size * block: size * (block + 1)]]
+            assert sorted(kinds) == ["flat"] * (size // 2) + ["informative"] * (size // 2)
+        assert sorted(first["extra_info"].map(lambda info: info["index"])) == list(range(6 * size))  # row identity
+    with pytest.raises(noisy_task.NoisyTaskError, match="prompts_per_step 3 must be even"):
+        noisy_task.Design("odd", (("a", "b"), ("s", "t")), False, 3, 4, 1e-2, (), ())
+    with pytest.raises(noisy_task.NoisyTaskError, match="at most twice 2"):
+        noisy_task.Design("big", (("a", "b"), ("s", "t")), False, 6, 4, 1e-2, (), ())
 
 
 def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order():
@@ -65,7 +92,7 @@ def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order(
 
     truth = json.dumps({"quality": {"A": 0.7, "": -1.0}, "noise_std": 0.1, "seed": 5})
     sessions = [f"train-3-{index}-{sample}-0" for index in range(2_000) for sample in range(10)]
-    score = lambda session, answer="A", t=truth: noisy_task.compute_score(  # noqa: E731
+    score = lambda session, answer="A", t=truth: noisy_reward.compute_score(  # noqa: E731
         "x", answer, t, extra_info={"index": 1, SESSION_KEY: session})
     draws = torch.tensor([score(s) for s in sessions], dtype=torch.float64)
     assert abs(float(draws.mean()) - 0.7) < 0.003 and abs(float(draws.std()) - 0.1) < 0.003
@@ -77,7 +104,24 @@ def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order(
     with pytest.raises(noisy_task.NoisyTaskError, match="'B'"):
         score("s", "B")
     with pytest.raises(noisy_task.NoisyTaskError, match=SESSION_KEY):
-        noisy_task.compute_score("x", "A", truth, extra_info={"index": 1})
+        noisy_reward.compute_score("x", "A", truth, extra_info={"index": 1})
+
+
+def test_verl_loads_the_reward_function_by_the_path_the_runs_give_it(tmp_path):
+    """verl executes the file at ``reward.custom_reward_function.path`` without registering it in
+    ``sys.modules`` (so, for one, a dataclass there fails to build): the path ``overrides`` gives,
+    loaded as verl loads it, scores like ``noisy_reward.compute_score``."""
+    from verl.utils.import_utils import load_extern_object
+
+    from verl_rfpp.cpu.patches import SESSION_KEY
+
+    given = noisy.overrides({"train": "t", "test": "v"}, {"model": "m"}, 0.01, noisy_task.SEPARATE)
+    path = next(o.split("=", 1)[1] for o in given if o.startswith("reward.custom_reward_function.path="))
+    compute_score = load_extern_object(module_path=path, object_name="compute_score")
+    truth = json.dumps({"quality": {"A": 0.7}, "noise_std": 0.1, "seed": 5})
+    info = {"index": 1, SESSION_KEY: "train-1-1-0-0"}
+    expected = noisy_reward.compute_score("x", "A", truth, extra_info=info)
+    assert compute_score("x", "A", truth, extra_info=info) == expected
 
 
 def test_the_cpu_backend_hands_each_session_its_identity_in_a_copy_of_extra_info():
@@ -114,6 +158,8 @@ def test_policy_metrics_by_hand():
     assert math.isclose(metrics[P + "flat_entropy"], math.log(2))
     assert math.isclose(metrics[P + "informative_kl_from_start"], math.log(3) / 2)  # KL(point || uniform) = ln 3
     assert math.isclose(metrics[P + "flat_kl_from_start"], 0.5 * math.log(1.0) + 0.5 * math.log(2.0))
+    # total variation of the flat prompt against each informative one: (1/6 + 1/6 + 1/3) / 2 and (1/2 + 1/2) / 2
+    assert math.isclose(metrics[P + "flat_informative_tv"], (1 / 3 + 1 / 2) / 2)
     assert noisy.best_quality(spec) == pytest.approx((1.0 + 2.0) / 2)
     assert noisy.prompt_blind_quality(spec) == pytest.approx(max((1 + 0) / 2, (-1 + 2) / 2, (0.5 + 0) / 2))
 
@@ -136,12 +182,28 @@ def test_batch_metrics_by_hand():
                                  scores[:1])
 
 
+def test_paired_statistics_by_hand():
+    assert series.sign_test([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32  # 5 of 5 positive: the smallest p of 5 seeds
+    assert series.sign_test([1.0] * 6) == 2 / 64
+    assert series.sign_test([1.0, 2.0, -3.0]) == 1.0  # 2 * (C(3,0) + C(3,1)) / 8, capped at 1
+    assert series.sign_test([1.0, 0.0, 2.0, 3.0, 4.0, 5.0]) == 2 / 32  # zeros do not count
+    assert series.sign_test([0.0, 0.0]) == 1.0
+    diffs = [0.3, -0.1, 0.5, 0.2, 0.4]
+    low, high = series.bootstrap_interval(diffs)
+    assert min(diffs) <= low < sum(diffs) / 5 < high <= max(diffs)
+    assert series.bootstrap_interval(diffs) == (low, high)  # a seeded stream
+    assert series.bootstrap_interval([0.25] * 5) == (0.25, 0.25)
+    result = series.paired([1.0, 2.0, 3.0], [0.5, 2.5, 1.0])
+    assert result["per_seed"] == [0.5, -0.5, 2.0] and (result["positive"], result["negative"]) == (2, 1)
+    assert result["diff_mean"] == pytest.approx(2 / 3) and result["sign_test_p"] == 1.0
+
+
 def _record(key, seed, flat_kl, reward, steps=6, noise_std=0.1):
     method = next(m for m in METHODS if m.key == key)
-    series = lambda value: [(s, value) for s in range(1, steps + 1)]  # noqa: E731
-    metrics = {tag: series(0.5) for tag in noisy_task.METRICS}
-    metrics.update({P + "flat_kl_from_start": series(flat_kl), P + "informative_true_reward": series(reward),
-                    P + "flat_entropy": series(3.0 - flat_kl)})
+    values = lambda value: [(s, value) for s in range(1, steps + 1)]  # noqa: E731
+    metrics = {tag: values(0.5) for tag in noisy_task.METRICS}
+    metrics.update({P + "flat_kl_from_start": values(flat_kl), P + "informative_true_reward": values(reward),
+                    P + "flat_entropy": values(3.0 - flat_kl)})
     return {"method": {"key": method.key, "label": method.label, "estimator": method.estimator, "ours": method.ours},
             "seed": seed, "steps": steps, "lr": 0.01, "noise_std": noise_std, "seconds": 10.0, "proof": "p",
             "metrics": metrics}
@@ -174,10 +236,11 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "report.md").read_text()
     assert "| verl GRPO | 0.450 ± 0.071 |" in text
-    assert "moved further from the start than the baseline's in every seed: yes" in text
+    assert "GRPO's flat prompts further from the start: yes" in text
     results = json.loads((tmp_path / "results.json").read_text())
     assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["flat_moved_more"]
-    assert "noisy minus noise-free (seeds [0]): flat KL from start +0.7000" in text
+    assert "verl GRPO, noisy minus noise-free (seeds [0]):\n- flat entropy drop (nats): +0.700 ± 0.000" in text
+    assert "- flat KL from start: +0.700 ± 0.000 (per seed +0.700; 1 of 1 positive, sign test p = 1.000" in text
     assert results["noise_effect"]["0.01"]["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
     schema = (Path(__file__).resolve().parents[1] / "docs" / "curves" / "noisy" / "schema.md").read_text()
     keys = set(results) | set(results["settings"]) | set(results["summary"]["0.01"]["verl_grpo"])
@@ -218,7 +281,7 @@ def test_quick_noisy_run_of_verls_builtin_with_the_plugin_excluded(tmp_path, cap
     # population std of its advantages is sqrt(15/16) < 1 (ours gives exactly 1: rfpp/adv_std in
     # tests/test_end_to_end.py)
     for _, value in metrics[report.ADV_STD]:
-        assert value == pytest.approx((15 / 16) ** 0.5, abs=1e-5)
+        assert value == pytest.approx((255 / 256) ** 0.5, abs=1e-5)
     for _, value in metrics[P + "noise_std_sampled"]:
         assert 0.03 < value < 0.2  # 16 draws of N(0, 0.1^2)
     # global normalization: flat groups' centred noise (std ~0.1) is small beside informative spreads (~1)
@@ -226,6 +289,6 @@ def test_quick_noisy_run_of_verls_builtin_with_the_plugin_excluded(tmp_path, cap
                                            strict=True):
         assert flat < informative
     for (_, kl), (_, entropy) in zip(metrics[P + "flat_kl_from_start"], metrics[P + "flat_entropy"], strict=True):
-        assert 0 < kl < 1 and 0 < entropy <= math.log(24)
+        assert 0 < kl < 1 and 0 < entropy <= math.log(30)
     for name in ("report.md", "noisy_lr0.01.png"):
         assert (tmp_path / name).exists()

@@ -40,8 +40,9 @@ def build_tokenizer(directory: Path) -> None:
     fast.save_pretrained(directory)
 
 
-def build_model(directory: Path, vocab_size: int, seed: int = 0) -> None:
-    """A random Qwen2 causal LM: hidden 32, 2 layers (about 40K parameters), fp32."""
+def build_model(directory: Path, vocab_size: int, seed: int = 0, tie_word_embeddings: bool = True) -> None:
+    """A random Qwen2 causal LM: hidden 32, 2 layers (about 40K parameters), fp32; the output
+    layer is the input embedding unless ``tie_word_embeddings`` is False."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -49,7 +50,7 @@ def build_model(directory: Path, vocab_size: int, seed: int = 0) -> None:
     config = Qwen2Config(
         vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        tie_word_embeddings=True, torch_dtype="float32", bos_token_id=0, eos_token_id=0, pad_token_id=0,
+        tie_word_embeddings=tie_word_embeddings, torch_dtype="float32", bos_token_id=0, eos_token_id=0, pad_token_id=0,
     )
     Qwen2ForCausalLM(config).save_pretrained(directory)
 

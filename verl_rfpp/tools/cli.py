@@ -474,7 +474,8 @@ def _curves(args: argparse.Namespace) -> int:
 
         problem = noisy.problem(args) if args.task == "noisy" else runs.problem(args.methods)
         if problem is None and args.task == "noisy":
-            noisy_task.build_assets(out / "assets" / "noisy")
+            noisy_task.build_assets(noisy.assets_dir(out, noisy_task.DESIGNS[args.design]),
+                                    noisy_task.DESIGNS[args.design])
             assets.build_all(out / "assets" / "demo")
         elif problem is None:
             assets.build_all(out / "assets")
@@ -575,14 +576,20 @@ def build_parser() -> argparse.ArgumentParser:
     curves.add_argument("--seeds", type=int, default=3, action=arguments.Positive, fix="run at least 1 seed",
                         help="seeds of each method")
     curves.add_argument("--methods", nargs="*", help="method keys: ours_baseline verl_baseline ours_rfpp "
-                        "verl_rfpp verl_grpo (default: all five; --task noisy: all but verl_rfpp)")
+                        "verl_rfpp verl_grpo (default: all five; --task noisy: the design's, docs/curves/noisy)")
     curves.add_argument("--task", choices=("demo", "noisy"), default="demo",
                         help="noisy: noisy rewards, half the prompts with nothing to learn (docs/curves/noisy)")
-    curves.add_argument("--lrs", type=float, nargs="*", help="--task noisy: learning rates (default: 1e-2)")
+    curves.add_argument("--design", choices=("separate", "shared"), default="separate",
+                        help="--task noisy: separate: each prompt one token of its own, untied embeddings, 16 "
+                             "prompts x 16 samples a step; shared: prompts of two shared tokens, tied embeddings, "
+                             "4 x 4 (docs/curves/noisy)")
+    curves.add_argument("--lrs", type=float, nargs="*",
+                        help="--task noisy: learning rates (default: the design's, 5e-3 separate, 1e-2 shared)")
     curves.add_argument("--noise-std", type=float, default=0.1, help="--task noisy: reward noise std")
     curves.add_argument("--quick", action="store_true", help="--task noisy: a 2-step, 1-seed smoke run")
     curves.add_argument("--control", type=int, default=0, metavar="SEEDS",
-                        help="--task noisy: also run GRPO and ours REINFORCE++-baseline noise-free, this many seeds")
+                        help="--task noisy: also run the design's control methods noise-free, this many seeds "
+                             "(separate: GRPO and both REINFORCE++-baselines; shared: GRPO and ours)")
     curves.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     curves.set_defaults(handler=_curves)
     doctor = commands.add_parser("doctor", help=COMMANDS["doctor"], formatter_class=arguments.HelpFormatter)
