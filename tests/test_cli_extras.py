@@ -92,6 +92,16 @@ def test_a_usable_out_is_kept_as_a_path(tmp_path):
     assert args.out == tmp_path / "new" / "dir" and not args.out.exists()  # created by the command, not the parser
 
 
+def test_a_relative_out_is_kept_absolute(tmp_path, monkeypatch):
+    """verl's Ray workers run in another working directory: a relative --out would name the model
+    there (measured: `demo --legacy --out DIR` with a relative DIR failed, transformers reading
+    DIR/assets/model as a hub repo id)."""
+    monkeypatch.chdir(tmp_path)
+    for command in ("demo", "curves", "bandit"):
+        args = cli.build_parser().parse_args([command, "--out", "runs/a"])
+        assert args.out == tmp_path / "runs" / "a" and args.out.is_absolute()
+
+
 # --- doctor --ray: a malformed or unreachable address is one line and exit 2, before Ray starts ---
 
 @pytest.mark.parametrize("address,found", [

@@ -161,12 +161,13 @@ def summarize(records: list[dict], start: dict[str, float]) -> dict[str, dict[st
                 "flat_kl_from_start": [mean(series(r, P + "flat_kl_from_start")[-WINDOW:]) for r in runs],
                 "informative_kl_from_start": [mean(series(r, P + "informative_kl_from_start")[-WINDOW:])
                                               for r in runs],
-                "flat_informative_tv": [mean(series(r, P + "flat_informative_tv")[-WINDOW:]) for r in runs],
                 "flat_adv_rms": [mean(series(r, P + "flat_adv_rms")) for r in runs],
                 "informative_adv_rms": [mean(series(r, P + "informative_adv_rms")) for r in runs],
                 "noise_std_sampled": [mean(series(r, P + "noise_std_sampled")) for r in runs],
             }
             ends["flat_entropy_drop"] = [start[P + "flat_entropy"] - e for e in ends["flat_entropy"]]
+            if all(series(r, P + "flat_informative_tv") for r in runs):  # runs before the gap was probed lack it
+                ends["flat_informative_tv"] = [mean(series(r, P + "flat_informative_tv")[-WINDOW:]) for r in runs]
             for name, values in ends.items():
                 row[name] = {"mean": mean(values), "std": std(values), "per_seed": values}
             table[str(lr)][key] = row
@@ -229,7 +230,14 @@ def noise_effect(table: dict[str, dict[str, dict]], control: dict[str, dict[str,
     return out
 
 
-def plots(out: Path, records: list[dict], start: dict[str, float], best: float, blind: float) -> list[Path]:
+def output_name(design: str, name: str) -> str:
+    """The name under ``--out`` of a file the ``design`` writes: the separate design's as named,
+    another design's prefixed with its key (``shared-report.md``), so one ``--out`` holds both."""
+    return name if design == noisy_task.SEPARATE.key else f"{design}-{name}"
+
+
+def plots(out: Path, records: list[dict], start: dict[str, float], best: float, blind: float,
+          design: str) -> list[Path]:
     """One figure per lr and noise level: informative true reward, flat entropy, flat KL from the
     start, the flat-informative gap, advantage rms on flat and on informative rows; line: mean over
     seeds, band: min..max."""
@@ -263,7 +271,7 @@ def plots(out: Path, records: list[dict], start: dict[str, float], best: float, 
         axes[0][0].legend(fontsize=7)
         figure.suptitle(f"reward noise N(0, {noise:g}^2), lr {lr:g}: line mean over seeds, band min..max", fontsize=10)
         figure.tight_layout()
-        path = out / (f"noisy_lr{lr:g}.png" if noise else f"noise_free_lr{lr:g}.png")
+        path = out / output_name(design, f"noisy_lr{lr:g}.png" if noise else f"noise_free_lr{lr:g}.png")
         figure.savefig(path, dpi=110)
         plt.close(figure)
         written.append(path)
@@ -271,6 +279,8 @@ def plots(out: Path, records: list[dict], start: dict[str, float], best: float, 
 
 
 def _cell(row: dict, name: str, digits: int = 3) -> str:
+    if name not in row:
+        return "not probed"
     return f"{row[name]['mean']:.{digits}f} ± {row[name]['std']:.{digits}f}"
 
 
@@ -291,6 +301,8 @@ LABELS = {"flat_entropy_drop": "flat entropy drop (nats)", "flat_kl_from_start":
 
 def _gap_table(records: list[dict], title: str) -> list[str]:
     """Per method, the flat-informative total variation gap at GAP_STEPS, mean (min..max) over seeds."""
+    if not all(series(r, P + "flat_informative_tv") for r in records):
+        return [f"({title}: not probed in these runs)"]
     steps = [s for s in GAP_STEPS if s <= records[0]["steps"]]
     lines = [f"| {title} | " + " | ".join(f"step {s}" for s in steps) + " |",
              "| --- |" + " --- |" * len(steps)]
@@ -350,7 +362,8 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
         f"{len({r['method']['key'] for r in records})} methods x "
         f"{seeds} seeds x {steps} steps at lr {', '.join(sorted(table))} of verl 0.9.1's v1 trainer on the CPU "
         "backend ([docs/cpu-backend.md](../../cpu-backend.md)), with reward noise and without. Every number here "
-        "was read back from verl's `tensorboard` logger's event files. Schema of `results.json`: "
+        f"was read back from verl's `tensorboard` logger's event files. Schema of "
+        f"`{output_name(spec['design'], 'results.json')}`: "
         "[schema.md](schema.md).",
         "",
         "## The task",
@@ -405,7 +418,7 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
             if "control" in v:
                 lines += ["", "Control, ours minus verl's REINFORCE++-baseline, paired by seed:"]
                 lines += [f"- {LABELS[name]}: {_diff(v['control'][name])}" for name in PAIRED_MEASURES[:3]]
-        lines += ["", f"![noisy rewards at lr {lr}](noisy_lr{float(lr):g}.png)", ""]
+        lines += ["", f"![noisy rewards at lr {lr}]({output_name(spec['design'], f'noisy_lr{float(lr):g}.png')})", ""]
     if control:
         clean = summarize(list(control), start)
         effect = noise_effect(table, clean)
@@ -428,7 +441,8 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
             for key, cell in effect.get(lr, {}).items():
                 lines.append(f"{rows[key]['label']}, noisy minus noise-free (seeds {cell['seeds']}):")
                 lines += [f"- {LABELS[name]}: {_diff(cell[name])}" for name in PAIRED_MEASURES[:3]]
-            lines += ["", f"![noise-free control at lr {lr}](noise_free_lr{float(lr):g}.png)", ""]
+            picture = output_name(spec["design"], f"noise_free_lr{float(lr):g}.png")
+            lines += ["", f"![noise-free control at lr {lr}]({picture})", ""]
         lines += ["The flat prompts' answer distributions against the informative ones' (flat-informative gap, "
                   "mean (min..max) over seeds), step by step:", ""]
         lines += _gap_table(list(control), "noise 0") + [""] + _gap_table(records, f"noise {noise:g}") + [""]
@@ -447,7 +461,7 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
 def write(out: Path, records: list[dict], spec: dict, notes: str = "", control: tuple[dict, ...] = ()) -> None:
     """results.json (settings, the start, the summary, the verdicts, the noise-free ``control``'s
     summary and the noise's effect, every run's kept metrics), one plot per lr and noise level and
-    report.md (``notes`` appended)."""
+    report.md (``notes`` appended), named by ``output_name``."""
     out.mkdir(parents=True, exist_ok=True)
     start = initial(spec)
     table = summarize(records, start)
@@ -465,10 +479,10 @@ def write(out: Path, records: list[dict], spec: dict, notes: str = "", control: 
                "prompt_blind_quality": prompt_blind_quality(spec), "summary": table,
                "verdicts": verdicts(table), "control_summary": clean, "noise_effect": noise_effect(table, clean),
                "runs": kept}
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    plots(out, [*records, *control], start, best_quality(spec), prompt_blind_quality(spec))
+    (out / output_name(design.key, "results.json")).write_text(json.dumps(results, indent=1))
+    plots(out, [*records, *control], start, best_quality(spec), prompt_blind_quality(spec), design.key)
     text = report(records, spec, control)
-    (out / "report.md").write_text(text + (("\n" + notes.strip() + "\n") if notes else ""))
+    (out / output_name(design.key, "report.md")).write_text(text + (("\n" + notes.strip() + "\n") if notes else ""))
 
 
 QUICK = {"steps": 2, "seeds": 1}
@@ -504,6 +518,7 @@ def command(args, echo: Callable[[str], None]) -> int:
                                 progress=echo))
     spec = noisy_task.build_assets(assets_dir(out, design), design)
     write(out, records, spec, control=control)
-    echo((out / "report.md").read_text())
-    echo(f"written: {out / 'report.md'}, {out / 'results.json'}, {out}/noisy_lr*.png")
+    report_md, results_json = (out / output_name(design.key, name) for name in ("report.md", "results.json"))
+    echo(report_md.read_text())
+    echo(f"written: {report_md}, {results_json}, {out}/{output_name(design.key, 'nois*_lr*.png')}")
     return 0

@@ -47,14 +47,15 @@ class Positive(argparse.Action):
 
 class OutputDirectory(argparse.Action):
     """A directory the command writes into: an existing one it may write to, or a new one it can
-    create (its nearest existing ancestor a directory it may write to). Stored as a ``Path``."""
+    create (its nearest existing ancestor a directory it may write to). Stored as an absolute
+    ``Path``: verl's workers run in other working directories."""
 
     def __call__(self, parser, namespace, value, option_string=None) -> None:
         problem = directory_problem(value)
         if problem is not None:
             parser.error(f"{option_string} {value}: {problem}; name a directory you can write to "
                          "(it is created if missing)")
-        setattr(namespace, self.dest, Path(value))
+        setattr(namespace, self.dest, Path(value).absolute())
 
 
 def directory_problem(value: str) -> Optional[str]:
