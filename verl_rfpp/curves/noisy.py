@@ -356,7 +356,7 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
     steps, noise = records[0]["steps"], records[0]["noise_std"]
     seeds = max(len(row["seeds"]) for rows in table.values() for row in rows.values())
     lines = [
-        "# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU)",
+        f"# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU): design `{spec['design']}`",
         "",
         f"Written by `verl-rfpp curves --task noisy --design {spec['design']}`: "
         f"{len({r['method']['key'] for r in records})} methods x "
@@ -440,9 +440,9 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
                 for row in rows.values()) + ".", ""]
             for key, cell in effect.get(lr, {}).items():
                 lines.append(f"{rows[key]['label']}, noisy minus noise-free (seeds {cell['seeds']}):")
-                lines += [f"- {LABELS[name]}: {_diff(cell[name])}" for name in PAIRED_MEASURES[:3]]
+                lines += [f"- {LABELS[name]}: {_diff(cell[name])}" for name in PAIRED_MEASURES[:3]] + [""]
             picture = output_name(spec["design"], f"noise_free_lr{float(lr):g}.png")
-            lines += ["", f"![noise-free control at lr {lr}]({picture})", ""]
+            lines += [f"![noise-free control at lr {lr}]({picture})", ""]
         lines += ["The flat prompts' answer distributions against the informative ones' (flat-informative gap, "
                   "mean (min..max) over seeds), step by step:", ""]
         lines += _gap_table(list(control), "noise 0") + [""] + _gap_table(records, f"noise {noise:g}") + [""]
