@@ -100,7 +100,7 @@ case $? in
        exit 2 ;;
 esac
 
-modules=(test_estimators test_normalization test_losses test_inputs test_masked_loss_inputs)
+modules=(core/test_estimators core/test_normalization adapter/test_losses core/test_inputs adapter/test_masked_loss_inputs)
 limits=(130 40 100 40 50)  # seconds per module; with the two steps below, 9.25 minutes at most in all
 # Test ids carry the device and the passes' implementation. On cuda the numba-kernels variant runs
 # the same torch path (left out); on the CPU both run.
@@ -110,7 +110,7 @@ bench_args=(--device "$device" --repeats 3)
 rank_limit=45
 bench_limit=150
 if [ "$quick" = 1 ]; then  # a dry run: generous limits for a loaded machine
-    modules=(test_normalization test_estimators)
+    modules=(core/test_normalization core/test_estimators)
     limits=(240 240)
     selection="$selection and (matches_reference or identical_bits or nan_in_a_masked)"
     bench_args=(--device "$device" --quick)
@@ -123,7 +123,7 @@ backend=nccl
 
 read -r -d '' one_rank <<'EOF'
 """Normalization and both estimators over a process group of one rank (the package's
-process_group path) against the float64 reference of tests/reference.py."""
+process_group path) against the float64 reference of tests/support/reference.py."""
 import sys
 import tempfile
 from datetime import timedelta
@@ -132,8 +132,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, "tests")
-import reference  # noqa: E402
-from batches import make_batch  # noqa: E402
+from support import reference  # noqa: E402
+from support.batches import make_batch  # noqa: E402
 from verl_rfpp import masked_global_normalize, reinforce_plus_plus, reinforce_plus_plus_baseline  # noqa: E402
 from verl_rfpp.core import passes  # noqa: E402
 

@@ -19,7 +19,7 @@ import torch
 from _pytest.mark.expression import Expression
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
-from trainer_runs import v1_two_output_run  # noqa: F401  (a session fixture of the e2e modules)
+from support.trainer_runs import v1_two_output_run  # noqa: F401  (a session fixture of the e2e modules)
 
 from verl_rfpp.core import passes
 
@@ -76,7 +76,10 @@ def _group(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test gets its ``xdist_group``; the groups are ordered e2e first (trainer runs of one to
     four minutes), then those with slow tests, then the rest (many short tests fill the end), a
-    group's tests kept together and in their own order."""
+    group's tests kept together and in their own order. Modules come in the order of their names,
+    whatever their folder (the order of a flat tests/: moving a module between folders changes no
+    group and no order)."""
+    items.sort(key=lambda item: item.path.name)  # stable: a module's tests keep their order
     groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         groups.setdefault(_group(item), []).append(item)
@@ -129,7 +132,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """A fresh machine (empty ``MPLCONFIGDIR``) runs the tier as a warm one does: matplotlib lists
     the system's fonts with ``fc-list`` once, on its first import, and caches them there. Done here,
     before any test, the guard below needs no exception for a library's helper process and still
-    fails every test that starts one itself (tests/test_tiers.py runs both on a fresh MPLCONFIGDIR)."""
+    fails every test that starts one itself (tests/project/test_tiers.py runs both on a fresh MPLCONFIGDIR)."""
     if _deselects_slow(session.config):
         import matplotlib.font_manager  # noqa: F401
 
@@ -173,13 +176,13 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 def _compose_once_per_group_choice(request):
     """In the two-minute tier (a run that deselects ``slow``), ``compose_verl_config`` without a
     ``--config-path``/``--config-name`` composes verl's packaged config once per choice of config
-    groups and applies the rest of the overrides with Hydra's own code (tests/composed.py, held
+    groups and applies the rest of the overrides with Hydra's own code (tests/support/composed.py, held
     equal to a full composition by a slow test of test_validation); ``verl-rfpp check`` and the
     tests that imported the name get it. The whole suite composes every config in full."""
     if not (_deselects_slow(request.config) and _in_fast_tier(request.node)):
         yield
         return
-    import composed
+    from support import composed
 
     from verl_rfpp.adapter import compose
 

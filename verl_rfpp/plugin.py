@@ -2,7 +2,7 @@
 ``verl.plugins`` entry point (``ep.load()`` imports and never calls), in every process that
 imports verl, and importing it, once and idempotently, applies every patch of the verl adapter's
 table (``verl_rfpp.adapter.table.TABLE``; what each does: ``verl_rfpp.adapter``). No other module
-of the package changes verl when imported (tests/test_activation.py).
+of the package changes verl when imported (tests/adapter/test_activation.py).
 
 It is also the public home of the adapter's names: verl's registries, ``doctor`` and the traces
 show our entries as ``verl_rfpp.plugin.<name>``; ``deactivate()`` undoes every patch (tests).

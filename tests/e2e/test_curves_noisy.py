@@ -1,0 +1,294 @@
+"""``verl-rfpp curves --task noisy``: the task's tokenizer, data and reward, the probe's metrics on
+known answers, the report's numbers, and (e2e) a 2-step ``--quick`` run of verl's built-in with the
+plugin excluded in verl's real trainer, whose probe metrics come back from tensorboard."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from verl_rfpp.curves import noisy, noisy_reward, noisy_task, report, series
+from verl_rfpp.curves.runs import METHODS
+from verl_rfpp.tools import cli
+
+P = noisy_task.PREFIX
+
+
+@pytest.fixture(scope="module", params=sorted(noisy_task.DESIGNS))
+def built(request, tmp_path_factory):
+    design = noisy_task.DESIGNS[request.param]
+    return design, noisy_task.build_assets(tmp_path_factory.mktemp("noisy") / request.param, design)
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    return noisy_task.build_assets(tmp_path_factory.mktemp("noisy") / "assets", noisy_task.SEPARATE)
+
+
+def test_prompts_tokenize_as_verl_will_and_every_token_is_an_answer(built):
+    from transformers import AutoConfig, AutoTokenizer
+
+    design, spec = built
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])  # what verl loads (a Qwen2 tokenizer)
+    assert spec["design"] == design.key and len(spec["prompts"]) == 16
+    for row in spec["prompts"]:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": row["text"]}], add_generation_prompt=True,
+                                             tokenize=False)
+        assert tokenizer.encode(text, add_special_tokens=False) == row["ids"]
+        if design.one_token:  # the prompt's own token, last: the answer is read at its embedding
+            assert tokenizer.convert_ids_to_tokens(row["ids"]) == ["<|im_start|>", row["text"]]
+        else:  # two tokens shared with other prompts, read through attention
+            assert tokenizer.convert_ids_to_tokens(row["ids"]) == ["<|im_start|>", *row["text"], "<|im_end|>",
+                                                                    "<|im_start|>"]
+        assert len(row["quality"]) == len(tokenizer) == len(row["start"])
+        assert math.isclose(sum(row["start"]), 1.0, rel_tol=1e-9)
+        if row["kind"] == "flat":
+            assert set(row["quality"]) == {0.0}
+    assert len({tuple(row["ids"]) for row in spec["prompts"]}) == 16
+    table = noisy_task.qualities(design)
+    for token in range(len(tokenizer)):
+        answer = noisy_task.answer_of(tokenizer.decode([token], skip_special_tokens=True))
+        for row in spec["prompts"]:
+            assert row["quality"][token] == table[row["text"]][answer]  # reward and probe agree per token
+    assert tokenizer.encode("\n", add_special_tokens=False) == [3]  # verl's Qwen chat builder needs it
+    assert AutoConfig.from_pretrained(spec["model"]).tie_word_embeddings is design.tied_embeddings
+
+
+def test_the_shared_design_is_the_first_version_of_the_task(built):
+    """The first report's task, token for token: specials, newline, ``i``, ``f``, digits, A-J."""
+    design, spec = built
+    if design is not noisy_task.SHARED:
+        pytest.skip("the shared design's vocabulary")
+    assert spec["prompts"][0]["ids"] == [1, 4, 6, 2, 1] and spec["prompts"][15]["ids"] == [1, 5, 13, 2, 1]
+    assert spec["parameters"] == 19488
+
+
+def test_data_blocks_are_half_informative_and_fixed_by_the_seed(tmp_path):
+    import pandas as pd
+
+    for design in noisy_task.DESIGNS.values():
+        first, again, other = (pd.read_parquet(noisy_task.build_data(
+            tmp_path / design.key / name, design, seed=seed, steps=6, noise_std=0.1)["train"])
+            for name, seed in (("a", 1), ("b", 1), ("c", 2)))
+        texts = lambda frame: [p[0]["content"] for p in frame["prompt"]]  # noqa: E731
+        size = design.prompts_per_step
+        assert len(first) == 6 * size and texts(first) == texts(again) and texts(first) != texts(other)
+        for block in range(6):
+            kinds = [info["kind"] for info in first["extra_info"][size * block: size * (block + 1)]]
+            assert sorted(kinds) == ["flat"] * (size // 2) + ["informative"] * (size // 2)
+        assert sorted(first["extra_info"].map(lambda info: info["index"])) == list(range(6 * size))  # row identity
+    with pytest.raises(noisy_task.NoisyTaskError, match="prompts_per_step 3 must be even"):
+        noisy_task.Design("odd", (("a", "b"), ("s", "t")), False, 3, 4, 1e-2, (), ())
+    with pytest.raises(noisy_task.NoisyTaskError, match="at most twice 2"):
+        noisy_task.Design("big", (("a", "b"), ("s", "t")), False, 6, 4, 1e-2, (), ())
+
+
+def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order():
+    from verl_rfpp.cpu.patches import SESSION_KEY
+
+    truth = json.dumps({"quality": {"A": 0.7, "": -1.0}, "noise_std": 0.1, "seed": 5})
+    sessions = [f"train-3-{index}-{sample}-0" for index in range(2_000) for sample in range(10)]
+    score = lambda session, answer="A", t=truth: noisy_reward.compute_score(  # noqa: E731
+        "x", answer, t, extra_info={"index": 1, SESSION_KEY: session})
+    draws = torch.tensor([score(s) for s in sessions], dtype=torch.float64)
+    assert abs(float(draws.mean()) - 0.7) < 0.003 and abs(float(draws.std()) - 0.1) < 0.003
+    shuffled = list(range(0, len(sessions), 7))[::-1]  # another order, fewer calls: the same draw per session
+    assert [score(sessions[i]) for i in shuffled] == [float(draws[i]) for i in shuffled]
+    other_seed = json.dumps({"quality": {"A": 0.7}, "noise_std": 0.1, "seed": 6})
+    assert sum(score(s, t=other_seed) != float(d) for s, d in zip(sessions[:100], draws[:100], strict=True)) == 100
+    assert score("s", "", json.dumps({"quality": {"": -1.0}, "noise_std": 0.0, "seed": 0})) == -1.0
+    with pytest.raises(noisy_task.NoisyTaskError, match="'B'"):
+        score("s", "B")
+    with pytest.raises(noisy_task.NoisyTaskError, match=SESSION_KEY):
+        noisy_reward.compute_score("x", "A", truth, extra_info={"index": 1})
+
+
+def test_verl_loads_the_reward_function_by_the_path_the_runs_give_it(tmp_path):
+    """verl executes the file at ``reward.custom_reward_function.path`` without registering it in
+    ``sys.modules`` (so, for one, a dataclass there fails to build): the path ``overrides`` gives,
+    loaded as verl loads it, scores like ``noisy_reward.compute_score``."""
+    from verl.utils.import_utils import load_extern_object
+
+    from verl_rfpp.cpu.patches import SESSION_KEY
+
+    given = noisy.overrides({"train": "t", "test": "v"}, {"model": "m"}, 0.01, noisy_task.SEPARATE)
+    path = next(o.split("=", 1)[1] for o in given if o.startswith("reward.custom_reward_function.path="))
+    compute_score = load_extern_object(module_path=path, object_name="compute_score")
+    truth = json.dumps({"quality": {"A": 0.7}, "noise_std": 0.1, "seed": 5})
+    info = {"index": 1, SESSION_KEY: "train-1-1-0-0"}
+    expected = noisy_reward.compute_score("x", "A", truth, extra_info=info)
+    assert compute_score("x", "A", truth, extra_info=info) == expected
+
+
+def test_the_cpu_backend_hands_each_session_its_identity_in_a_copy_of_extra_info():
+    import asyncio
+
+    from verl_rfpp.cpu import patches
+
+    seen = []
+
+    async def original(self, sampling_params, trajectory, **kwargs):
+        seen.append((kwargs["extra_info"], patches.SESSION.get()))
+        return "output"
+
+    wrapped = patches._identified_sessions(original)
+    row = {"index": 4, "kind": "flat"}
+    trajectory = {"step": 3, "sample_index": 4, "rollout_n": 1, "validate": False}
+    assert asyncio.run(wrapped(None, {}, trajectory, extra_info=row, session_id=0)) == "output"
+    (extra_info, session), = seen
+    assert extra_info == {"index": 4, "kind": "flat", patches.SESSION_KEY: "train-3-4-1-0"}
+    assert session == "train-3-4-1-0"
+    assert row == {"index": 4, "kind": "flat"}  # the batch's own row is not changed
+
+
+def test_policy_metrics_by_hand():
+    spec = {"prompts": [
+        {"kind": "informative", "quality": [1.0, -1.0, 0.5], "start": [1 / 3] * 3},
+        {"kind": "informative", "quality": [0.0, 2.0, 0.0], "start": [1 / 3] * 3},
+        {"kind": "flat", "quality": [0.0] * 3, "start": [0.5, 0.25, 0.25]},
+    ]}
+    probs = [[1 / 3] * 3, [0.0, 1.0, 0.0], [0.5, 0.5, 0.0]]
+    metrics = noisy_task.policy_metrics(spec, probs)
+    assert math.isclose(metrics[P + "informative_true_reward"], ((1 - 1 + 0.5) / 3 + 2.0) / 2)
+    assert math.isclose(metrics[P + "informative_entropy"], math.log(3) / 2)
+    assert math.isclose(metrics[P + "flat_entropy"], math.log(2))
+    assert math.isclose(metrics[P + "informative_kl_from_start"], math.log(3) / 2)  # KL(point || uniform) = ln 3
+    assert math.isclose(metrics[P + "flat_kl_from_start"], 0.5 * math.log(1.0) + 0.5 * math.log(2.0))
+    # total variation of the flat prompt against each informative one: (1/6 + 1/6 + 1/3) / 2 and (1/2 + 1/2) / 2
+    assert math.isclose(metrics[P + "flat_informative_tv"], (1 / 3 + 1 / 2) / 2)
+    assert noisy.best_quality(spec) == pytest.approx((1.0 + 2.0) / 2)
+    assert noisy.prompt_blind_quality(spec) == pytest.approx(max((1 + 0) / 2, (-1 + 2) / 2, (0.5 + 0) / 2))
+
+
+def test_batch_metrics_by_hand():
+    spec = {"prompts": [{"ids": [1, 4, 6, 2, 1], "kind": "informative", "quality": [0.0] * 14 + [1.5] + [0.0] * 9},
+                        {"ids": [1, 5, 6, 2, 1], "kind": "flat", "quality": [0.0] * 24}]}
+    prompts = torch.tensor([[1, 4, 6, 2, 1, 0], [0, 1, 4, 6, 2, 1], [1, 5, 6, 2, 1, 0]])  # pad id 0, either side
+    responses = torch.tensor([[14], [15], [14]])
+    mask = torch.ones(3, 1)
+    advantages = torch.tensor([[2.0], [-1.0], [0.5]])
+    scores = torch.tensor([[1.6], [-0.1], [0.2]])
+    metrics = noisy_task.batch_metrics(spec, prompts, responses, mask, advantages, scores)
+    assert math.isclose(metrics[P + "informative_adv_rms"], math.sqrt((4 + 1) / 2))
+    assert math.isclose(metrics[P + "flat_adv_rms"], 0.5)
+    noise = torch.tensor([1.6 - 1.5, -0.1, 0.2], dtype=torch.float64)
+    assert math.isclose(metrics[P + "noise_std_sampled"], float(noise.std()), rel_tol=1e-6)
+    with pytest.raises(noisy_task.NoisyTaskError, match="not a prompt of task.json"):
+        noisy_task.batch_metrics(spec, torch.tensor([[1, 9, 9, 2, 1]]), responses[:1], mask[:1], advantages[:1],
+                                 scores[:1])
+
+
+def test_paired_statistics_by_hand():
+    assert series.sign_test([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32  # 5 of 5 positive: the smallest p of 5 seeds
+    assert series.sign_test([1.0] * 6) == 2 / 64
+    assert series.sign_test([1.0, 2.0, -3.0]) == 1.0  # 2 * (C(3,0) + C(3,1)) / 8, capped at 1
+    assert series.sign_test([1.0, 0.0, 2.0, 3.0, 4.0, 5.0]) == 2 / 32  # zeros do not count
+    assert series.sign_test([0.0, 0.0]) == 1.0
+    diffs = [0.3, -0.1, 0.5, 0.2, 0.4]
+    low, high = series.bootstrap_interval(diffs)
+    assert min(diffs) <= low < sum(diffs) / 5 < high <= max(diffs)
+    assert series.bootstrap_interval(diffs) == (low, high)  # a seeded stream
+    assert series.bootstrap_interval([0.25] * 5) == (0.25, 0.25)
+    result = series.paired([1.0, 2.0, 3.0], [0.5, 2.5, 1.0])
+    assert result["per_seed"] == [0.5, -0.5, 2.0] and (result["positive"], result["negative"]) == (2, 1)
+    assert result["diff_mean"] == pytest.approx(2 / 3) and result["sign_test_p"] == 1.0
+
+
+def _record(key, seed, flat_kl, reward, steps=6, noise_std=0.1):
+    method = next(m for m in METHODS if m.key == key)
+    values = lambda value: [(s, value) for s in range(1, steps + 1)]  # noqa: E731
+    metrics = {tag: values(0.5) for tag in noisy_task.METRICS}
+    metrics.update({P + "flat_kl_from_start": values(flat_kl), P + "informative_true_reward": values(reward),
+                    P + "flat_entropy": values(3.0 - flat_kl)})
+    return {"method": {"key": method.key, "label": method.label, "estimator": method.estimator, "ours": method.ours},
+            "seed": seed, "steps": steps, "lr": 0.01, "noise_std": noise_std, "seconds": 10.0, "proof": "p",
+            "metrics": metrics}
+
+
+def test_summary_verdict_and_written_files(tmp_path, spec):
+    records = [_record("verl_grpo", 0, 1.0, 0.4), _record("verl_grpo", 1, 0.8, 0.5),
+               _record("ours_baseline", 0, 0.2, 0.5), _record("ours_baseline", 1, 0.4, 0.6),
+               _record("verl_baseline", 0, 0.25, 0.5), _record("verl_baseline", 1, 0.35, 0.6)]
+    start = noisy.initial(spec)
+    table = noisy.summarize(records, start)
+    grpo = table["0.01"]["verl_grpo"]
+    assert grpo["flat_kl_from_start"]["mean"] == pytest.approx(0.9)
+    assert grpo["flat_entropy_drop"]["per_seed"] == pytest.approx([start[P + "flat_entropy"] - 2.0,
+                                                                   start[P + "flat_entropy"] - 2.2])
+    verdict = noisy.verdicts(table)["0.01"]
+    assert verdict["flat_moved_more"] and verdict["flat_kl_from_start"]["per_seed"] == pytest.approx([0.8, 0.4])
+    assert not verdict["noise_as_signal"]  # equal flat advantage rms (0.5) in the synthetic runs
+    assert verdict["flat_kl_from_start"]["ratio"] == pytest.approx(3.0)
+    assert verdict["control"]["flat_kl_from_start"]["per_seed"] == pytest.approx([-0.05, 0.05])
+    grpo_moved_less = [_record("verl_grpo", 0, 0.1, 0.4), _record("ours_baseline", 0, 0.2, 0.5)]
+    assert not noisy.verdicts(noisy.summarize(grpo_moved_less, start))["0.01"]["flat_moved_more"]
+    control = (_record("verl_grpo", 0, 0.3, 0.45, noise_std=0.0), _record("ours_baseline", 0, 0.15, 0.5, noise_std=0.0))
+    effect = noisy.noise_effect(table, noisy.summarize(list(control), start))["0.01"]
+    assert effect["verl_grpo"]["seeds"] == [0]
+    assert effect["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
+    assert effect["ours_baseline"]["informative_true_reward"]["diff_mean"] == pytest.approx(0.0)
+    noisy.write(tmp_path, records, spec, control=control)
+    for name in ("noisy_lr0.01.png", "noise_free_lr0.01.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    text = (tmp_path / "report.md").read_text()
+    assert "| verl GRPO | 0.450 ± 0.071 |" in text
+    assert "GRPO's flat prompts further from the start: yes" in text
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["flat_moved_more"]
+    assert "verl GRPO, noisy minus noise-free (seeds [0]):\n- flat entropy drop (nats): +0.700 ± 0.000" in text
+    assert "- flat KL from start: +0.700 ± 0.000 (per seed +0.700; 1 of 1 positive, sign test p = 1.000" in text
+    assert results["noise_effect"]["0.01"]["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
+    schema = (Path(__file__).resolve().parents[2] / "docs" / "curves" / "noisy" / "schema.md").read_text()
+    keys = set(results) | set(results["settings"]) | set(results["summary"]["0.01"]["verl_grpo"])
+    keys |= set(results["verdicts"]["0.01"]) | set(results["verdicts"]["0.01"]["flat_kl_from_start"])
+    keys |= set(results["runs"][0]) | set(results["runs"][0]["metrics"])
+    keys |= set(results["noise_effect"]["0.01"]["verl_grpo"])
+    undocumented = sorted(k for k in keys if f"`{k}`" not in schema)
+    assert not undocumented, f"docs/curves/noisy/schema.md lacks {undocumented}"
+
+
+def test_quick_run_refuses_bad_arguments(tmp_path, capsys):
+    assert cli.main(["curves", "--task", "noisy", "--out", str(tmp_path), "--methods", "ppo"]) == 2
+    assert "unknown method(s) ppo" in capsys.readouterr().out
+    assert cli.main(["curves", "--task", "noisy", "--out", str(tmp_path), "--lrs", "0"]) == 2
+    assert "must be positive" in capsys.readouterr().out
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.e2e
+def test_quick_noisy_run_of_verls_builtin_with_the_plugin_excluded(tmp_path, capsys):
+    """``--quick`` (2 steps, 1 seed) of verl's built-in REINFORCE++-baseline with the plugin
+    excluded (the comparison ``curves`` draws; ours in verl's trainer, with tensorboard and the
+    trace's proof, is held by tests/e2e/test_end_to_end.py): the probe's metrics reach verl's
+    tensorboard every step, measure the policy after that step's update, and see the stated noise;
+    no ``rfpp/`` metric and no call of ours appear."""
+    code = cli.main(["curves", "--task", "noisy", "--quick", "--out", str(tmp_path), "--methods", "verl_baseline"])
+    assert code == 0, capsys.readouterr().out[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    (run,) = results["runs"]
+    assert run["proof"] == "no verl_rfpp estimator call; registry -> verl.trainer.ppo.core_algos"
+    metrics = run["metrics"]  # read back from the tensorboard event files
+    assert not any(tag.startswith("rfpp/") for tag in metrics)
+    for tag in noisy_task.METRICS:
+        assert [step for step, _ in metrics[tag]] == [1, 2], tag
+    assert [value for _, value in metrics[P + "probe_policy_step"]] == [1.0, 2.0]  # the weights after the update
+    assert [value for _, value in metrics["response_length/mean"]] == [1.0, 1.0]  # one-token answers
+    # verl divides by the unbiased std plus an epsilon: over the step's 16 one-token answers the
+    # population std of its advantages is sqrt(15/16) < 1 (ours gives exactly 1: rfpp/adv_std in
+    # tests/e2e/test_end_to_end.py)
+    for _, value in metrics[report.ADV_STD]:
+        assert value == pytest.approx((255 / 256) ** 0.5, abs=1e-5)
+    for _, value in metrics[P + "noise_std_sampled"]:
+        assert 0.03 < value < 0.2  # 16 draws of N(0, 0.1^2)
+    # global normalization: flat groups' centred noise (std ~0.1) is small beside informative spreads (~1)
+    for (_, flat), (_, informative) in zip(metrics[P + "flat_adv_rms"], metrics[P + "informative_adv_rms"],
+                                           strict=True):
+        assert flat < informative
+    for (_, kl), (_, entropy) in zip(metrics[P + "flat_kl_from_start"], metrics[P + "flat_entropy"], strict=True):
+        assert 0 < kl < 1 and 0 < entropy <= math.log(30)
+    for name in ("report.md", "noisy_lr0.005.png"):
+        assert (tmp_path / name).exists()

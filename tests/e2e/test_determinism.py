@@ -1,0 +1,332 @@
+"""Same seed, same run; a resumed run equals an uninterrupted one (issue 31, docs/cpu-backend.md
+"Same seed, same run"). The fast tests hold the pieces in-process: each request's sampling stream
+(``rollout.request_seed``) whatever the order requests come in, a session's identity as the
+request id, the estimators' bits, the weights digest, the split of verl's metrics file. The e2e
+tests run verl's v1 trainer: 1 rank (a run straight to step 4; the same seed to step 2 with a
+checkpoint, then resumed to 4, through ``verl-rfpp demo``; another seed) and 2 ranks (the shared
+``v1_two_output_run`` once more)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.trainer_runs import two_output_run
+
+from verl_rfpp.cpu import assets, launch, rollout
+from verl_rfpp.tools import cli
+
+ESTIMATOR = "reinforce_plus_plus_baseline"
+
+
+# --- the rollout server's sampling: one stream per request -------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return Path(assets.build_all(tmp_path_factory.mktemp("determinism") / "assets")["model"])
+
+
+@pytest.fixture(scope="module")
+def reference_model(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="sdpa").eval()
+
+
+def _server(model_dir: Path, seed: int = 0) -> rollout.HFRolloutServer:
+    return rollout.HFRolloutServer(str(model_dir), prompt_length=16, response_length=4, seed=seed)
+
+
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_tokens": 4}
+PROMPTS = [[5, 6, 7], [5, 6, 7], [8, 9], [10, 11, 12, 13]]  # rows 0 and 1: one prompt, two samples
+
+
+def _answer(server, requests) -> dict[str, list[int]]:
+    """``{request id: tokens}`` of ``(request id, prompt)`` pairs sent one after another."""
+    async def send():
+        return {rid: (await server.generate(rid, prompt, dict(SAMPLING))).token_ids for rid, prompt in requests}
+    return asyncio.run(send())
+
+
+def test_a_request_samples_the_same_tokens_whatever_the_order_of_the_others(model_dir):
+    """The shared stream made a request's tokens depend on the requests before it; now they depend
+    on the seed and the request's id only (a session's identity: ``train-<step>-<index>-<n>-<session>``)."""
+    requests = [(f"det-{row}", prompt) for row, prompt in enumerate(PROMPTS)]
+    server = _server(model_dir)
+    forward = _answer(server, requests)
+    torch.manual_seed(123)  # whatever else draws from torch's default stream in between
+    torch.rand(7)
+    backward = _answer(_server(model_dir), requests[::-1])
+    assert forward == backward
+    assert forward["det-0"] != forward["det-1"]  # two samples of one prompt: two streams
+    assert _answer(_server(model_dir, seed=1), requests) != forward  # another seed, other answers
+
+
+def test_a_session_s_turns_and_the_next_step_draw_new_streams(model_dir):
+    """A multi-turn session reuses its request id: its turns are told apart by their order within
+    the session; new weights (the next step) give every request a fresh stream."""
+    server = _server(model_dir)
+    first, second = (_answer(server, [("det-0", PROMPTS[3])])["det-0"] for _ in range(2))
+    assert server.turns == {"det-0": 2}
+    again = _server(model_dir)
+    assert [_answer(again, [("det-0", PROMPTS[3])])["det-0"] for _ in range(2)] == [first, second]
+    seeds = {rollout.request_seed(0, steps, "det-0", turn) for steps in (0, 1) for turn in (0, 1)}
+    assert len(seeds) == 4
+    server.load_weights(dict(server.model.state_dict()), global_steps=1)
+    assert server.turns == {}
+
+
+@settings(max_examples=8, deadline=None)
+@given(temperature=st.sampled_from([0.0, 0.5, 1.0, 1.7]), top_p=st.sampled_from([1.0, 0.9, 0.3]),
+       top_k=st.sampled_from([-1, 1, 3, 50]), row=st.integers(0, 10**6))
+def test_a_request_samples_as_transformers_does_from_its_own_seeded_stream(model_dir, reference_model, temperature,
+                                                                           top_p, top_k, row):
+    """The tokens' distribution is transformers' sampling with verl's temperature, top_p and top_k,
+    as before: a request's answer is ``generate``'s from torch's stream seeded with its
+    ``request_seed`` (greedy at temperature 0; top_k -1 means off)."""
+    server, rid = _server(model_dir, seed=3), f"train-1-{row}-0-2"
+    params = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "max_tokens": 4}
+    tokens = asyncio.run(server.generate(rid, PROMPTS[3], dict(params))).token_ids
+    eos = reference_model.config.eos_token_id
+    sampling = {"do_sample": False} if temperature == 0 else {
+        "do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": max(top_k, 0)}
+    torch.manual_seed(rollout.request_seed(3, 0, rid, 0))
+    with torch.no_grad():
+        out = reference_model.generate(input_ids=torch.tensor([PROMPTS[3]]), max_new_tokens=4, eos_token_id=eos,
+                                          pad_token_id=eos, **sampling)
+    expected = out[0, len(PROMPTS[3]):].tolist()
+    assert tokens == (expected[: expected.index(eos) + 1] if eos in expected else expected)
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**31), steps=st.integers(0, 10**6), row=st.integers(0, 10**6), turn=st.integers(0, 8))
+def test_request_seed_is_a_function_of_the_identity_only(seed, steps, row, turn):
+    value = rollout.request_seed(seed, steps, f"det-{row}", turn)
+    assert value == rollout.request_seed(seed, steps, f"det-{row}", turn)
+    assert 0 <= value < 2**63
+    assert value != rollout.request_seed(seed + 1, steps, f"det-{row}", turn)
+    assert value != rollout.request_seed(seed, steps, f"det-{row + 1}", turn)
+
+
+def test_a_session_s_identity_reaches_the_hf_cpu_server_as_its_request_id():
+    """Where verl starts a session (``AgentLoopWorker._run_agent_loop``) its identity is set for
+    the session's task; verl's client then names the hf_cpu server's request after it, and leaves
+    other rollouts' ids alone (``patches``)."""
+    from types import SimpleNamespace
+
+    from verl_rfpp.cpu import patches
+
+    def client(name):
+        return SimpleNamespace(config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(
+            rollout=SimpleNamespace(name=name))))
+
+    request_id = patches._session_request_ids(lambda self, request_id: f"verl:{request_id}")
+
+    async def session(self, sampling_params, trajectory, **kwargs):
+        return request_id(client("hf_cpu"), "det-0"), request_id(client("vllm"), "det-0")
+
+    run = patches._identified_sessions(session)
+    trajectory = {"step": torch.tensor(3), "sample_index": 17, "rollout_n": 0, "validate": False}
+    assert asyncio.run(run(None, {}, trajectory, agent_name="x", session_id=2)) == ("train-3-17-0-2", "verl:det-0")
+    assert asyncio.run(run(None, {}, {**trajectory, "rollout_n": 1})) == ("train-3-17-1-0", "verl:det-0")
+    assert request_id(client("hf_cpu"), "det-0") == "verl:det-0"  # outside a session: verl's
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.contiguous().view(torch.uint8)
+
+
+@settings(max_examples=15, deadline=None)
+@given(rows=st.integers(1, 40), length=st.integers(1, 24), seed=st.integers(0, 2**32 - 1),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]), threads=st.sampled_from([1, 2]))
+def test_the_estimators_give_the_same_bits_on_repeated_calls(rows, length, seed, dtype, threads):
+    """Issue 31 item 4: same inputs, same bits, call after call and whatever torch's thread count."""
+    from verl_rfpp.core import estimators
+
+    generator = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(rows, length, generator=generator, dtype=torch.float64).to(dtype)
+    mask = torch.rand(rows, length, generator=generator) < 0.7
+    mask[:, 0] = True
+    index = [f"prompt-{row % 3}" for row in range(rows)]
+    before = torch.get_num_threads()
+
+    def both():
+        first = estimators.reinforce_plus_plus(rewards, mask)
+        second = estimators.reinforce_plus_plus_baseline(rewards, mask, index)
+        return [_bits(t) for t in (first.advantages, first.returns, second.advantages, second.returns)]
+
+    reference = both()
+    try:
+        torch.set_num_threads(threads)
+        again = [both() for _ in range(3)]
+    finally:
+        torch.set_num_threads(before)
+    for outputs in again:
+        assert all(torch.equal(a, b) for a, b in zip(outputs, reference, strict=True))
+
+
+# --- the weights digest and the metrics files ---------------------------------------------------------
+
+def test_the_weights_digest_changes_with_one_bit_and_not_with_the_order_of_names():
+    weights = {"b": torch.arange(6, dtype=torch.float32).reshape(2, 3), "a": torch.ones(3)}
+    digest = rollout.weights_digest(weights)
+    assert digest == rollout.weights_digest(dict(reversed(weights.items())))
+    flipped = weights["b"].clone()
+    flipped.view(torch.int32)[1, 2] ^= 1  # the last bit of one float
+    assert rollout.weights_digest({**weights, "b": flipped}) != digest
+    assert rollout.weights_digest({**weights, "b": weights["b"].reshape(3, 2)}) != digest  # shape counts
+
+
+def test_servers_that_received_different_weights_are_named():
+    lines = ["weights pid=1 global_steps=1 abs_sum=2 sha256=aaaa", "weights pid=2 global_steps=1 abs_sum=2 sha256=aaaa",
+             "weights pid=1 global_steps=2 abs_sum=3 sha256=bbbb"]
+    assert launch.weight_digests(lines) == {1: "aaaa", 2: "bbbb"}
+    assert launch.weight_digests([*lines, "weights pid=2 global_steps=2 abs_sum=3 sha256=cccc"]) == {
+        1: "aaaa", 2: "differ: bbbb, cccc"}
+
+
+def _verl_lines(path: Path, steps) -> None:
+    path.write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": s / 3, "timing_s/step": 1.5 * s,
+                                                              "actor/perf/cpu_memory_used_gb": 0.1,
+                                                              "perf/total_num_tokens": 64}}) + "\n" for s in steps))
+
+
+def test_metrics_split_what_the_seed_decides_from_what_the_clock_does(tmp_path):
+    _verl_lines(tmp_path / launch.VERL_METRICS, [1, 2])
+    metrics = launch.write_metrics(tmp_path)
+    lines = [json.loads(line) for line in (tmp_path / launch.METRICS).read_text().splitlines()]
+    assert lines == [metrics[1], metrics[2]]
+    assert lines[0] == {"step": 1, "critic/score/mean": 1 / 3, "perf/total_num_tokens": 64}  # full precision
+    timing = [json.loads(line) for line in (tmp_path / launch.TIMING).read_text().splitlines()]
+    assert timing[1] == {"step": 2, "actor/perf/cpu_memory_used_gb": 0.1, "timing_s/step": 3.0}
+
+
+def test_a_resumed_run_s_metrics_continue_the_earlier_lines(tmp_path):
+    _verl_lines(tmp_path / launch.VERL_METRICS, [1, 2])
+    launch.write_metrics(tmp_path)
+    _verl_lines(tmp_path / launch.VERL_METRICS, [2, 3])  # resumed from a checkpoint after step 1
+    launch.write_metrics(tmp_path, resumed=True)
+    assert [json.loads(line)["step"] for line in (tmp_path / launch.METRICS).read_text().splitlines()] == [1, 2, 3]
+    launch.write_metrics(tmp_path)  # a fresh run in the same directory replaces the lines
+    assert [json.loads(line)["step"] for line in (tmp_path / launch.METRICS).read_text().splitlines()] == [2, 3]
+
+
+def test_demo_resume_without_a_checkpoint_is_refused_in_one_line(tmp_path, capsys):
+    assert cli.main(["demo", "--resume", "--steps", "4"]) == 2
+    assert capsys.readouterr().out.strip().count("\n") == 0
+    assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
+    out = capsys.readouterr().out.strip()
+    assert "there is none; run with --save-every N first" in out and "\n" not in out
+    (tmp_path / launch.CHECKPOINTS).mkdir()
+    (tmp_path / launch.CHECKPOINTS / "latest_checkpointed_iteration.txt").write_text("4")
+    assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
+    assert "resume with --steps above 4" in capsys.readouterr().out
+
+
+def test_save_and_resume_reach_verl_s_trainer_options(tmp_path):
+    paths = {"train": "t", "test": "v", "model": "m"}
+    plain = launch.trainer_overrides(ESTIMATOR, paths, 4, False, tmp_path)
+    assert {"trainer.save_freq=-1", "trainer.resume_mode=disable", "trainer.logger=[console,file]",
+            "actor_rollout_ref.rollout.full_determinism=True"} <= set(plain)
+    saving = launch.trainer_overrides(ESTIMATOR, paths, 4, False, tmp_path, save_every=2, resume=True)
+    assert {"trainer.save_freq=2", "trainer.resume_mode=auto",
+            f"trainer.default_local_dir={tmp_path / launch.CHECKPOINTS}"} <= set(saving)
+
+
+# --- verl's trainer: same seed, same bits; resume equals uninterrupted ---------------------------------
+
+@dataclass
+class DemoRun:
+    """What a ``verl-rfpp demo`` run left: its output, its exit code, the weights digest per step
+    (its trace) and ``metrics.jsonl``'s lines."""
+
+    out: str
+    code: int
+    digests: dict
+    metrics: list
+
+
+def _demo(arguments: list[str], out: Path) -> DemoRun:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli.main(["demo", *arguments, "--out", str(out)])
+    digests = launch.weight_digests((out / "trace.txt").read_text().splitlines())
+    return DemoRun(printed.getvalue(), code, digests, (out / launch.METRICS).read_text().splitlines())
+
+
+@pytest.fixture(scope="module")
+def one_rank_runs(tmp_path_factory):
+    """verl's v1 trainer on 1 rank, REINFORCE++-baseline with the k2 loss, seed 0: ``straight``
+    (``launch.run``) to step 4; ``first``: ``verl-rfpp demo --steps 2 --save-every 2``, then
+    ``resumed``: ``verl-rfpp demo --steps 4 --resume`` in the same directory; ``other``: seed 1,
+    1 step."""
+    def run(name, steps, **options):
+        out = tmp_path_factory.mktemp(name)
+        result = launch.run(ESTIMATOR, out, steps=steps, echo=False, timeout=900, **options)
+        assert result.returncode == 0, "".join(result.log[-60:])
+        return result, out
+
+    straight = run("straight", 4)
+    out = tmp_path_factory.mktemp("demo")
+    first = _demo(["--steps", "2", "--save-every", "2"], out)
+    assert first.code == 0, first.out
+    resumed = _demo(["--steps", "4", "--resume"], out)
+    assert resumed.code == 0, resumed.out
+    return {"straight": straight, "first": first, "resumed": resumed, "other": run("other", 1, seed=1)}
+
+
+@pytest.mark.e2e
+def test_one_rank_same_seed_same_weights_and_metrics_every_step(one_rank_runs):
+    (straight, out), first = one_rank_runs["straight"], one_rank_runs["first"]
+    assert sorted(first.digests) == [0, 1, 2] and len(set(first.digests.values())) == 3  # the weights moved
+    assert first.digests == {step: straight.digests[step] for step in (0, 1, 2)}
+    assert [json.loads(line) for line in first.metrics] == [straight.metrics[step] for step in (1, 2)]
+    assert any(key.startswith("rfpp/") for key in straight.metrics[1])
+    assert first.metrics == (out / launch.METRICS).read_text().splitlines()[:2]  # what `diff` compares
+    assert f"Actor weights after step 2: sha256 {straight.digests[2]}." in first.out
+
+
+@pytest.mark.e2e
+def test_a_run_resumed_from_step_2_equals_the_run_straight_to_step_4(one_rank_runs):
+    """``demo --resume`` continued after the checkpoint of step 2 (it trained steps 3 and 4 only)
+    and ended with the weights and ``metrics.jsonl`` (steps 1-4) of the run straight to step 4."""
+    (straight, straight_out), resumed = one_rank_runs["straight"], one_rank_runs["resumed"]
+    progress = [line.split()[1] for line in resumed.out.splitlines() if line.startswith("step ")]
+    assert progress == ["3/4", "4/4"] and "PASS: " in resumed.out, resumed.out
+    assert {step: resumed.digests[step] for step in (3, 4)} == {step: straight.digests[step] for step in (3, 4)}
+    assert f"Actor weights after step 4: sha256 {straight.digest}." in resumed.out
+    assert resumed.metrics == (straight_out / launch.METRICS).read_text().splitlines()  # steps 1-4
+
+
+@pytest.mark.e2e
+def test_another_seed_gives_another_run(one_rank_runs):
+    (straight, _), (other, _) = one_rank_runs["straight"], one_rank_runs["other"]
+    assert other.digests[0] == straight.digests[0]  # the same model before training
+    assert other.digests[1] != straight.digests[1]
+    assert other.metrics[1]["critic/score/mean"] != straight.metrics[1]["critic/score/mean"]
+
+
+@pytest.fixture(scope="module")
+def v1_two_output_run_again(tmp_path_factory):
+    """``trainer_runs.two_output_run`` once more (named to sort after the shared fixture, so the
+    two runs share one xdist group)."""
+    return two_output_run(tmp_path_factory.mktemp("v1-two-outputs-again"))
+
+
+@pytest.mark.e2e
+def test_two_ranks_same_seed_same_weights_and_metrics_every_step(v1_two_output_run, v1_two_output_run_again):
+    first, again = v1_two_output_run, v1_two_output_run_again
+    assert sorted(first.result.digests) == [0, 1, 2]
+    assert all(re.fullmatch("[0-9a-f]{64}", digest) for digest in first.result.digests.values())  # ranks agree
+    assert again.result.digests == first.result.digests
+    assert again.result.metrics == first.result.metrics
+    assert (again.out / launch.METRICS).read_text() == (first.out / launch.METRICS).read_text()

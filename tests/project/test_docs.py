@@ -1,0 +1,184 @@
+"""The documentation is self-contained: every relative link resolves inside the repository, every
+cited document exists, every cited contract section exists, and the README's commands hold."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Markdown files a reader of a clone or an sdist follows links in.
+MARKDOWN = sorted(
+    [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "examples").rglob("*.md")]
+)
+# Text that messages, docstrings and comments live in.
+SOURCES = sorted(
+    path
+    for folder in ("verl_rfpp", "tests", "benchmarks", "examples", "docs")
+    for pattern in ("*.py", "*.sh", "*.md")
+    for path in (ROOT / folder).rglob(pattern)
+    if "__pycache__" not in path.parts
+) + [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "pyproject.toml", ROOT / ".ci" / "run"]
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+# Documents that live outside the repository (the pre-release design notes); never cite them.
+FOREIGN = re.compile(r"SPEC" + r"\.md|\.\./" + r"shared|DESIGN" + r"\.md|VERL-0\.9\.1" + r"\.md|\bSPEC [0-9]")
+# Our own files (examples/<dir>/... is verl's examples folder, as in its data preparation script).
+DOC_PATH = re.compile(r"(?<![\w/.])(docs/[\w./-]+\.(?:md|png|json)|benchmarks/[\w.-]+\.py|examples/[\w.-]+\.(?:md|sh))")
+SECTION_CITE = re.compile(r"docs/contract\.md,? (sections?) ((?:\d+(?:\.\d+)*(?:\s*(?:,|-|and)\s*)?)+)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: link text kept, lowercased, punctuation dropped, spaces -> '-'."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(markdown: Path) -> set[str]:
+    return {_slug(line.lstrip("#")) for line in markdown.read_text().splitlines() if line.startswith("#")}
+
+
+def broken_links(markdown: Path, root: Path) -> list[str]:
+    """Every relative link of ``markdown`` whose target (or #anchor) is missing or outside ``root``."""
+    broken = []
+    text = re.sub(r"(?ms)^```.*?^```", "", markdown.read_text())  # links in code blocks are code
+    for target in LINK.findall(text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        path_part, _, anchor = target.partition("#")
+        resolved = (markdown.parent / path_part).resolve() if path_part else markdown.resolve()
+        if not resolved.is_relative_to(root.resolve()) or not resolved.exists():
+            broken.append(f"{markdown.name}: {target} (no such file in the repository)")
+        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+            broken.append(f"{markdown.name}: {target} (no heading #{anchor} in {resolved.name})")
+    return broken
+
+
+def contract_sections(contract: Path) -> set[str]:
+    """Section numbers of the contract: headings ``## N.`` / ``### N.M`` and the rule labels N.M.K."""
+    text = contract.read_text()
+    numbers = set(re.findall(r"(?m)^#{2,4} (\d+(?:\.\d+)*)\.? ", text))
+    numbers |= set(re.findall(r"(?m)^\| (\d+\.\d+\.\d+) ", text))
+    return numbers
+
+
+def bad_citations(text: str, sections: set[str], root: Path) -> list[str]:
+    """Citations in ``text`` of a foreign document, a missing repository file or a missing section."""
+    problems = [f"cites {match.group(0)!r}, which is not in the repository" for match in FOREIGN.finditer(text)]
+    problems += [f"cites {path}, which does not exist" for path in DOC_PATH.findall(text) if not (root / path).exists()]
+    for match in SECTION_CITE.finditer(text):
+        for first, last in re.findall(r"(\d+(?:\.\d+)*)(?:\s*-\s*(\d+))?", match.group(2)):
+            cited = [first] if not last else [str(n) for n in range(int(first), int(last) + 1)]
+            problems += [f"cites contract section {number}, which does not exist" for number in cited
+                         if number not in sections]
+    return problems
+
+
+@pytest.mark.parametrize("markdown", MARKDOWN, ids=lambda path: str(path.relative_to(ROOT)))
+def test_relative_links_resolve_inside_the_repository(markdown: Path) -> None:
+    assert broken_links(markdown, ROOT) == []
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_citation_of_a_missing_document_or_section(source: Path) -> None:
+    text = source.read_text()
+    if source == Path(__file__).resolve():
+        text = text.split("# --- self-tests", 1)[0]  # not the planted bad citations below
+    assert bad_citations(text, contract_sections(ROOT / "docs" / "contract.md"), ROOT) == []
+
+
+def test_contract_keeps_top_level_sections_1_to_9() -> None:
+    numbers = contract_sections(ROOT / "docs" / "contract.md")
+    assert {str(n) for n in range(1, 10)} <= numbers
+
+
+# --- self-tests: the checkers above find what they are meant to find --------------------------
+
+
+def test_checkers_catch_planted_problems(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "contract.md").write_text("# c\n\n## 1. One\n\n### 1.1 Sub\n")
+    page = tmp_path / "README.md"
+    page.write_text(
+        "[ok](docs/contract.md#11-sub) [gone](docs/missing.md) [out](../elsewhere.md) "
+        "[anchor](docs/contract.md#2-two) ![img](docs/x.png) [web](https://example.org)\n"
+        "```\n[in code](nowhere.md)\n```\n"
+    )
+    assert broken_links(page, tmp_path) == [
+        "README.md: docs/missing.md (no such file in the repository)",
+        "README.md: ../elsewhere.md (no such file in the repository)",
+        "README.md: docs/contract.md#2-two (no heading #2-two in contract.md)",
+        "README.md: docs/x.png (no such file in the repository)",
+    ]
+    sections = contract_sections(tmp_path / "docs" / "contract.md")
+    assert sections == {"1", "1.1"}
+    text = "(SPEC" + ".md section 4) ../" + "shared/x docs/gone.md (docs/contract.md sections 1-2, 1.1 and 1.3)"
+    assert bad_citations(text, sections, tmp_path) == [
+        "cites 'SPEC.md', which is not in the repository",
+        "cites '../shared', which is not in the repository",
+        "cites docs/gone.md, which does not exist",
+        "cites contract section 2, which does not exist",
+        "cites contract section 1.3, which does not exist",
+    ]
+
+
+def test_readme_keeps_the_ci_test_command_and_the_demo_command() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    marker = lines.index("<!-- test-command -->")
+    assert lines[marker + 1] == "```bash"  # .ci/run takes the second line after the marker
+    assert lines[marker + 2] == 'pip install -e ".[test]" && python -m pytest -q -n 2 tests'
+    assert 'pip install torch==2.13.0 && pip install -e ".[cpu]" && verl-rfpp demo' in lines
+
+
+FAST_TIER = 'python -m pytest -q -m "not slow and not e2e" tests'
+
+
+def test_readme_front_page_fits_220_lines_and_names_the_two_minute_tier_ci_runs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 220
+    assert f"`{FAST_TIER}`" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert '"$python" -m pytest -q -m "not slow and not e2e" tests' in ci  # the tier, on verl 0.9.0
+    assert "python3 -m ruff check ." in ci
+
+
+def _commands(markdown: Path) -> list[str]:
+    """The lines of ``markdown``'s code blocks and its inline code spans, comments dropped."""
+    text = markdown.read_text()
+    blocks = re.findall(r"(?ms)^```[^\n]*\n(.*?)^```", text)
+    prose = re.sub(r"(?ms)^```.*?^```", "", text)
+    spans = [line for block in blocks for line in block.splitlines()] + re.findall(r"`([^`\n]+)`", prose)
+    return [span.split(" #", 1)[0].rstrip() for span in spans]
+
+
+def test_the_recipe_goes_after_the_users_own_arguments() -> None:
+    """Hydra's last value wins: a recipe before the user's overrides would let the script's own
+    values undo it. Every command of the docs that expands the recipe ends with it."""
+    expansion = re.compile(r"\$\(verl-rfpp recipe [\w+]+\)")
+    misplaced = [f"{markdown.name}: {command}" for markdown in MARKDOWN for command in _commands(markdown)
+                 if (found := expansion.search(command)) and found.end() != len(command)]
+    assert misplaced == []
+    assert any(expansion.search(command) for command in _commands(ROOT / "README.md"))
+
+
+@pytest.mark.slow
+def test_readme_one_liner_prints_the_plugin_module(tmp_path: Path) -> None:
+    """The README's check by hand must print ``verl_rfpp.plugin``, run from outside the checkout."""
+    readme = (ROOT / "README.md").read_text()
+    (command,) = re.findall(r"(?m)^python -c \"(.*get_adv_estimator_fn.*)\"$", readme)
+    result = subprocess.run(
+        [sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "verl_rfpp.plugin"
+
+
+def test_readme_states_the_torch_floor_of_pyproject() -> None:
+    """A GPU user reads the torch range in the README; pip applies the one in pyproject.toml."""
+    (torch,) = re.findall(r'(?m)^\s*"(torch[<>=!~][^"]*)",', (ROOT / "pyproject.toml").read_text())
+    assert f"torch `{torch[len('torch'):]}`" in (ROOT / "README.md").read_text()

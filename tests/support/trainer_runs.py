@@ -1,0 +1,45 @@
+"""verl trainer runs that more than one test module reads (each run takes one to two minutes of
+start-up; the modules' assertions share it). Session-scoped fixtures, imported by conftest.py;
+only e2e tests take them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@dataclass
+class TwoOutputRun:
+    """What the run left: verl's result (metrics, trace, log), its output directory, and the
+    advantage step of every training step as ``verl_rfpp.cpu.advantage_dump`` recorded it."""
+
+    result: object
+    out: Path
+    steps: list[dict]
+
+
+def two_output_run(out: Path) -> TwoOutputRun:
+    """verl's v1 trainer, 2 FSDP ranks, 2 steps of REINFORCE++-baseline with the recipe's k2 KL
+    loss, tensorboard on, and ``verl_rfpp.cpu.agent.TwoOutputAgentLoop`` (4 prompts x 4 sessions;
+    even sessions return two outputs, so 24 rows, 2 mini-batches per step), seed 0."""
+    from verl_rfpp.cpu import advantage_dump, agent, launch
+
+    env = {"VERL_USE_EXTERNAL_MODULES": "verl_rfpp.cpu,verl_rfpp.cpu.advantage_dump",
+           advantage_dump.DUMP_ENV: str(out / "dump")}
+    result = launch.run("reinforce_plus_plus_baseline", out, steps=2, echo=False, timeout=900, ranks=2,
+                        loggers=("console", "tensorboard"),
+                        extra_overrides=[f"actor_rollout_ref.rollout.agent.default_agent_loop={agent.SESSION_LOOP}"],
+                        extra_env=env)
+    assert result.returncode == 0 and sorted(result.steps) == [1, 2], "".join(result.log[-80:])
+    dumps = sorted((out / "dump").glob("advantages-*.pt"), key=lambda path: int(path.stem.rsplit("-", 1)[1]))
+    return TwoOutputRun(result, out, [torch.load(path) for path in dumps])
+
+
+@pytest.fixture(scope="session")
+def v1_two_output_run(tmp_path_factory) -> TwoOutputRun:
+    """``two_output_run``: read by tests/e2e/test_end_to_end.py (the v1 trainer on 2 ranks),
+    tests/adapter/test_sessions.py (contract 3.7) and tests/e2e/test_determinism.py (the same run again)."""
+    return two_output_run(tmp_path_factory.mktemp("v1-two-outputs"))

@@ -1,0 +1,207 @@
+"""``verl-rfpp check SCRIPT [ARGUMENTS]`` on launch scripts (docs/contract.md sections 6.2, 6.5):
+verl's own example scripts (tests/tools/scripts/, copied from verl's repository), the project's
+examples/, and scripts of the same shapes. For each: the first verdict and its rule ids, the
+printed Fix: command, and that command checked again: OK, with the KL the script had still on
+(in the method's form, with the script's coefficient). Scripts are read, never run
+(verl_rfpp.tools.scripts); real Hydra composition."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from support.checking import check as _check
+from support.checking import kl as _kl
+
+from verl_rfpp.adapter.compose import compose_verl_config
+from verl_rfpp.contract import validation
+from verl_rfpp.tools import scripts
+
+pytestmark = pytest.mark.slow  # composes verl's config twice per case
+
+HERE = Path(__file__).resolve().parent
+VERL_SCRIPTS = HERE / "scripts"
+EXAMPLES = sorted((HERE.parents[1] / "examples").glob("*.sh"))
+BASELINE, RFPP = validation.BASELINE, validation.REINFORCE_PLUS_PLUS
+
+
+def _run_config(script, arguments):
+    """The config the script runs with ``arguments`` (read as check reads it)."""
+    launch, = scripts.read_script(Path(script), arguments).launches
+    run = scripts.parse_main_ppo(launch.arguments)
+    return compose_verl_config(run.overrides, run.config_path, run.config_name)
+
+
+# (script, the script's arguments, rule ids of the first check, the KL coefficient it had on)
+TABLE = [
+    ("verl_run_qwen2-7b_math_rf.sh", [], {"6.2.2", "6.2.3"}, 0.001),
+    ("verl_run_qwen2-7b_math_rf.sh", [f"algorithm.adv_estimator={BASELINE}"], {"6.2.2", "6.2.3", "6.2.7"}, 0.001),
+    ("verl_run_qwen3-8b.sh", [f"algorithm.adv_estimator={BASELINE}"], {"6.2.2", "6.2.3", "6.2.7"}, 0.001),
+    ("verl_run_qwen3-8b.sh", [f"algorithm.adv_estimator={RFPP}"], {"6.2.2", "6.2.3", "6.2.6"}, 0.001),
+    ("verl_run_qwen2-7b_math_megatron.sh", [f"algorithm.adv_estimator={BASELINE}"], {"6.2.2", "6.2.3", "6.2.7"},
+     0.001),
+    ("verl_run_qwen2-7b_seq_balance.sh", [f"algorithm.adv_estimator={RFPP}"], {"6.2.2", "6.2.3", "6.2.6"}, 0.001),
+]
+
+
+@pytest.mark.parametrize("script,arguments,rules,coefficient", TABLE,
+                         ids=[f"{t[0]}{'-' + t[1][0].split('=')[1] if t[1] else ''}" for t in TABLE])
+def test_verls_example_scripts_get_a_fix_command_that_runs_the_method_with_their_kl(
+        script, arguments, rules, coefficient, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = VERL_SCRIPTS / script
+    code, out = _check(capsys, path, *arguments)
+    assert code == 1 and set(re.findall(r"\[(6\.2\.\d+)\]", out)) == rules, out
+    fix = out.strip().splitlines()[-1]
+    assert fix.startswith(f"Fix: bash {path} ")
+    command = shlex.split(fix[len("Fix: "):])
+    code, out = _check(capsys, *command[1:])
+    assert code == 0 and "OK: this config runs" in out, out
+    config = _run_config(command[1], command[2:])
+    estimator = validation.estimator_of(config)
+    kl = _kl(config)
+    expected = {"reward": coefficient, "loss": False} if estimator == RFPP else {"reward": False, "loss": coefficient}
+    assert kl == expected
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=[path.name for path in EXAMPLES])
+def test_the_projects_examples_are_ok(script, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out = _check(capsys, script)
+    assert code == 0 and "OK: this config runs" in out, out
+
+
+def _script(tmp_path, body, name="run.sh"):
+    path = tmp_path / name
+    path.write_text("set -x\n" + body)
+    return path
+
+
+RECIPE = " ".join(validation.RECIPES[BASELINE])
+
+
+@pytest.mark.parametrize("launcher", [
+    "python3 -m verl.trainer.main_ppo", "python -u -m verl.trainer.main_ppo", "uv run python3 -m verl.trainer.main_ppo",
+    "torchrun --nproc_per_node=1 -m verl.trainer.main_ppo",
+    "ray job submit --address=x -- python3 -m verl.trainer.main_ppo",
+])
+def test_every_launcher_is_read_and_nothing_runs(launcher, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran"
+    path = _script(tmp_path, f'touch {marker}\n{launcher} {RECIPE} "$@"\ntouch {marker}\n')
+    code, out = _check(capsys, path, "actor_rollout_ref.rollout.n=1")
+    assert code == 1 and "[6.2.1] actor_rollout_ref.rollout.n = 1" in out, out
+    assert not marker.exists()
+    assert out.strip().splitlines()[-1] == (
+        f"Fix: bash {path} actor_rollout_ref.rollout.n=1 actor_rollout_ref.rollout.n=8")
+
+
+def test_a_script_that_launches_nothing_is_named_exit_2(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out = _check(capsys, _script(tmp_path, "echo python3 -m verl.trainer.main_ppo\n", "nothing.sh"))
+    assert code == 2 and "launches no run" in out and "verl.trainer.main_ppo" in out
+
+
+def test_every_run_of_a_script_gets_its_own_verdict_and_the_worst_exit(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    launch = f"python3 -m verl.trainer.main_ppo {RECIPE}"
+    body = (f"for n in 8 1; do\n  {launch} actor_rollout_ref.rollout.n=$n\ndone\n"
+            f"{launch} && {launch} algorithm.gamma=2\n")
+    path = _script(tmp_path, body, "runs.sh")
+    code, out = _check(capsys, path)
+    headers = [line for line in out.splitlines() if line.startswith("run ")]
+    assert code == 1 and headers == [f"run {k} of 4 ({path}:{line}): python3 -m verl.trainer.main_ppo"
+                                     for k, line in ((1, 3), (2, 3), (3, 5), (4, 5))], out
+    blocks = out.split("\nrun ")
+    assert "OK: this config runs" in blocks[0] and "[6.2.1]" in blocks[1] and "OK" in blocks[2]
+    assert "[6.2.10]" in blocks[3]
+
+
+def test_a_script_that_does_not_pass_its_arguments_on_says_so(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _script(tmp_path, f"python3 -m verl.trainer.main_ppo {RECIPE} actor_rollout_ref.actor.kl_loss_coef=-1\n")
+    code, out = _check(capsys, path)
+    lines = out.strip().splitlines()
+    assert code == 1 and "does not pass its own arguments on to main_ppo" in lines[-2], out
+    assert lines[-1] == f"Fix: bash {path} actor_rollout_ref.actor.kl_loss_coef=0.01"
+
+
+def _own_config(tmp_path, searchpath=True):
+    directory = tmp_path / "my_config"
+    directory.mkdir()
+    (directory / "my_run.yaml").write_text(
+        ("hydra:\n  searchpath:\n    - pkg://verl.trainer.config\n" if searchpath else "") +
+        "defaults:\n  - ppo_trainer\n  - _self_\n"
+        "algorithm:\n  adv_estimator: reinforce_plus_plus_baseline\n  use_kl_in_reward: true\n"
+        "  kl_ctrl:\n    kl_coef: 0.004\n"
+        "actor_rollout_ref:\n  rollout:\n    n: 4\n  actor:\n    use_kl_loss: false\n"
+    )
+    return directory
+
+
+@pytest.mark.parametrize("form", ["--config-path={d} --config-name=my_run", "-cp {d} -cn my_run.yaml",
+                                  "--config-dir {d} --config-name my_run"])
+def test_main_ppos_config_path_and_name_with_a_users_own_config(form, capsys, tmp_path, monkeypatch):
+    """--config-dir adds DIR to verl's config search path (Hydra): its config needs no searchpath of its own."""
+    monkeypatch.chdir(tmp_path)
+    directory = _own_config(tmp_path, searchpath="config-dir" not in form)
+    path = _script(tmp_path, f'python3 -m verl.trainer.main_ppo {form.format(d=directory)} "$@"\n')
+    code, out = _check(capsys, path)
+    assert code == 1 and "[6.2.7] algorithm.use_kl_in_reward = True" in out, out
+    assert "actor_rollout_ref.actor.kl_loss_coef=0.004" in out.strip().splitlines()[-1]
+    command = shlex.split(out.strip().splitlines()[-1][len("Fix: "):])
+    assert _check(capsys, *command[1:])[0] == 0
+    if "config-dir" not in form:  # the same options given to check directly
+        code, out = _check(capsys, "-cp", directory, "-cn", "my_run", *command[2:])
+        assert code == 0, out
+
+
+def test_main_ppos_relative_config_path_is_verls_trainer_directory(capsys):
+    code, out = _check(capsys, "--config-path=config", "--config-name=ppo_megatron_trainer",
+                       *validation.RECIPES[BASELINE])
+    assert code == 0 and "OK" in out, out
+
+
+def test_another_hydra_option_is_not_one_runs_config(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out = _check(capsys, _script(tmp_path, f"python3 -m verl.trainer.main_ppo --multirun {RECIPE}\n"))
+    assert code == 2 and "'--multirun' is not one run's config" in out
+
+
+def test_the_scripts_own_options_and_positional_arguments_are_its_own(capsys, tmp_path, monkeypatch):
+    """Every word after SCRIPT is the script's ($1, "$@"), options included; no hidden argument reaches $1."""
+    monkeypatch.chdir(tmp_path)
+    body = ('ENGINE=${1:-vllm}\nshift || true\nwhile [[ $# -gt 0 ]]; do\n  case "$1" in\n'
+            '    --n) N="$2"; shift 2 ;;\n    *) break ;;\n  esac\ndone\n'
+            f'python3 -m verl.trainer.main_ppo {RECIPE} actor_rollout_ref.rollout.name=$ENGINE '
+            'actor_rollout_ref.rollout.n=${N:-8} "$@"\n')
+    path = _script(tmp_path, body)
+    code, out = _check(capsys, path, "sglang", "--n", "1", "trainer.total_epochs=3")
+    assert code == 1 and "[6.2.1] actor_rollout_ref.rollout.n = 1" in out, out
+    assert out.strip().splitlines()[-1] == (
+        f"Fix: bash {path} sglang --n 1 trainer.total_epochs=3 actor_rollout_ref.rollout.n=8")
+    code, out = _check(capsys, path, "sglang", "--n", "1", "trainer.total_epochs=3", "actor_rollout_ref.rollout.n=8")
+    assert code == 0 and "OK: this config runs" in out, out
+    code, out = _check(capsys, path)
+    assert code == 0, out
+
+
+def test_the_scripts_exports_decide_what_verl_loads(capsys, tmp_path, monkeypatch):
+    """contract 6.5: an export that excludes the plugin is a refusal naming its line; a user's estimator
+    registered by the script's own modules (VERL_USE_EXTERNAL_MODULES) is not read as a misspelling."""
+    monkeypatch.chdir(tmp_path)
+    path = _script(tmp_path, f"export VERL_USE_EXTERNAL_PLUGINS=none\npython3 -m verl.trainer.main_ppo {RECIPE}\n")
+    code, out = _check(capsys, path)
+    assert code == 1 and "excluded by VERL_USE_EXTERNAL_PLUGINS='none'" in out, out
+    assert f"VERL_USE_EXTERNAL_PLUGINS='none' ({path}:2)" in out
+    (tmp_path / "my_estimator.py").write_text(
+        "from verl.trainer.ppo.core_algos import register_adv_est\n\n"
+        "@register_adv_est('reinforce_plus_plus_baselin')\ndef mine(*args, **kwargs):\n    raise NotImplementedError\n")
+    body = (f"export PYTHONPATH={tmp_path}\nexport VERL_USE_EXTERNAL_MODULES=my_estimator\n"
+            f"python3 -m verl.trainer.main_ppo {RECIPE} algorithm.adv_estimator=reinforce_plus_plus_baselin\n")
+    code, out = _check(capsys, _script(tmp_path, body, "mine.sh"))
+    assert code == 0 and "not a verl-rfpp estimator" in out, out
+    code, out = _check(capsys, *validation.RECIPES[BASELINE], "algorithm.adv_estimator=reinforce_plus_plus_baselin")
+    assert code == 1 and "did you mean" in out  # the same name without the script's modules
