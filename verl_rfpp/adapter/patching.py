@@ -211,7 +211,7 @@ FAILURES: dict[str, list[str]] = {}  # patch name -> why it changed nothing
 UNAVAILABLE: dict[str, str] = {}  # patch name -> why its module cannot be imported in this environment
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Patch:
     """One change to verl: ``slot`` of ``module`` holds ``replace(verl's object)``; so do the
     modules of ``bound_by`` that hold verl's object under the same name. ``others`` says what the

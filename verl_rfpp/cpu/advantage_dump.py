@@ -48,9 +48,9 @@ def _recording(original):
 
 
 RECORD = Patch(
-    "CPU backend: record of the v1 advantage step", V1_TRAINER, Attribute(FUNCTION), _recording,
-    (Internal(V1_TRAINER, FUNCTION, ("data", "batch_keys", "adv_estimator")),),
-    "observes only: it saves what every run's advantage step was given and computed",
+    name="CPU backend: record of the v1 advantage step", module=V1_TRAINER, slot=Attribute(FUNCTION),
+    replace=_recording, internals=(Internal(V1_TRAINER, FUNCTION, ("data", "batch_keys", "adv_estimator")),),
+    others="observes only: it saves what every run's advantage step was given and computed",
 )
 
 if os.environ.get(DUMP_ENV):
