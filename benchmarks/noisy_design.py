@@ -45,13 +45,6 @@ def advantages(method: str, rewards: torch.Tensor, samples: int) -> torch.Tensor
     return (flat - flat.mean()) / (flat.std(correction=1) + EPSILON["verl"])
 
 
-def answer_distributions(model, spec: dict) -> torch.Tensor:
-    """pi(. | prompt) of every prompt of ``spec``, float64."""
-    with torch.no_grad():
-        return torch.stack([torch.softmax(model(input_ids=torch.tensor([row["ids"]])).logits[0, -1].double(), -1)
-                            for row in spec["prompts"]])
-
-
 def run(spec: dict, design: noisy_task.Design, method: str, lr: float, steps: int, seed: int) -> dict:
     """One simulated run; the policy's informative true reward, flat entropy and flat-informative
     gap after its last step."""
@@ -80,7 +73,8 @@ def run(spec: dict, design: noisy_task.Design, method: str, lr: float, steps: in
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
-    metrics = noisy_task.policy_metrics(spec, answer_distributions(model, spec).tolist())
+    probs = noisy_task.answer_distributions(model, [row["ids"] for row in spec["prompts"]])
+    metrics = noisy_task.policy_metrics(spec, probs)
     return {name: metrics[noisy_task.PREFIX + name]
             for name in ("informative_true_reward", "flat_entropy", "flat_informative_tv")}
 

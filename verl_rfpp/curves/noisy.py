@@ -73,8 +73,7 @@ def run_one(method: Method, seed: int, steps: int, lr: float, out: Path, design:
         raise CurvesError(f"{method.label} lr {lr:g} seed {seed}: the probe's metrics {missing} are not in "
                           f"tensorboard; see {result.log_path}")
     record = {"design": design.key, "method": asdict(method), "seed": seed, "steps": steps, "lr": lr,
-              "noise_std": noise_std,
-              "seconds": round(result.seconds, 1), "weights_sha256": result.digest,
+              "noise_std": noise_std, "seconds": round(result.seconds, 1), "weights_sha256": result.digest,
               "proof": proof(method, result.trace, steps), "metrics": metrics}
     done.write_text(json.dumps(record))
     return record
@@ -174,9 +173,8 @@ def summarize(records: list[dict], start: dict[str, float]) -> dict[str, dict[st
     return table
 
 
-PAIRED_MEASURES = ("flat_entropy_drop", "flat_kl_from_start", "informative_true_reward", "flat_adv_rms",
-                   "informative_adv_rms")
-CONTROL_METHODS = ("verl_grpo", "ours_baseline", "verl_baseline")
+NOISE_MEASURES = ("flat_entropy_drop", "flat_kl_from_start", "informative_true_reward")  # the policy's own
+PAIRED_MEASURES = (*NOISE_MEASURES, "flat_adv_rms", "informative_adv_rms")
 
 
 def _paired(a: dict, b: dict, name: str) -> dict:
@@ -217,8 +215,7 @@ def verdicts(table: dict[str, dict[str, dict]]) -> dict:
 
 def noise_effect(table: dict[str, dict[str, dict]], control: dict[str, dict[str, dict]]) -> dict:
     """Per lr and method run both ways: the noisy run minus the noise-free control, seed by seed
-    (same seeds, data order and sampling streams), on every ``PAIRED_MEASURES`` but the advantage
-    rms: what the noise itself did."""
+    (same seeds, data order and sampling streams), on ``NOISE_MEASURES``: what the noise itself did."""
     out: dict = {}
     for lr, rows in control.items():
         for key, clean in rows.items():
@@ -226,7 +223,7 @@ def noise_effect(table: dict[str, dict[str, dict]], control: dict[str, dict[str,
             if noisy_row:
                 out.setdefault(lr, {})[key] = {
                     "seeds": sorted(set(noisy_row["seeds"]) & set(clean["seeds"])),
-                    **{name: _paired(noisy_row, clean, name) for name in PAIRED_MEASURES[:3]}}
+                    **{name: _paired(noisy_row, clean, name) for name in NOISE_MEASURES}}
     return out
 
 
@@ -352,7 +349,9 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
     seed by seed (paired), the noise-free control and the noise's own effect, the flat-informative
     gap per step, and which estimator ran."""
     start, best = initial(spec), best_quality(spec)
-    table, verdict = summarize(records, start), verdicts(summarize(records, start))
+    table = summarize(records, start)
+    verdict = verdicts(table)
+    clean = summarize(list(control), start) if control else {}
     steps, noise = records[0]["steps"], records[0]["noise_std"]
     seeds = max(len(row["seeds"]) for rows in table.values() for row in rows.values())
     lines = [
@@ -417,10 +416,9 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
                 f"{'yes' if v['informative_reward_lower_for_grpo'] else 'no'}.")
             if "control" in v:
                 lines += ["", "Control, ours minus verl's REINFORCE++-baseline, paired by seed:"]
-                lines += [f"- {LABELS[name]}: {_diff(v['control'][name])}" for name in PAIRED_MEASURES[:3]]
+                lines += [f"- {LABELS[name]}: {_diff(v['control'][name])}" for name in NOISE_MEASURES]
         lines += ["", f"![noisy rewards at lr {lr}]({output_name(spec['design'], f'noisy_lr{float(lr):g}.png')})", ""]
     if control:
-        clean = summarize(list(control), start)
         effect = noise_effect(table, clean)
         lines += ["## Noise-free control", "",
                   "The same runs (same seeds: data order, sampling streams, start) with reward noise 0: every flat "
@@ -440,7 +438,7 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
                 for row in rows.values()) + ".", ""]
             for key, cell in effect.get(lr, {}).items():
                 lines.append(f"{rows[key]['label']}, noisy minus noise-free (seeds {cell['seeds']}):")
-                lines += [f"- {LABELS[name]}: {_diff(cell[name])}" for name in PAIRED_MEASURES[:3]] + [""]
+                lines += [f"- {LABELS[name]}: {_diff(cell[name])}" for name in NOISE_MEASURES] + [""]
             picture = output_name(spec["design"], f"noise_free_lr{float(lr):g}.png")
             lines += [f"![noise-free control at lr {lr}]({picture})", ""]
         lines += ["The flat prompts' answer distributions against the informative ones' (flat-informative gap, "
@@ -452,7 +450,7 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
     for lr, rows in table.items():
         for row in rows.values():
             lines.append(f"- lr {lr}, {row['label']}: {'; '.join(row['proof'])}")
-    for lr, rows in (summarize(list(control), start) if control else {}).items():
+    for lr, rows in clean.items():
         for row in rows.values():
             lines.append(f"- lr {lr}, noise 0, {row['label']}: {'; '.join(row['proof'])}")
     return "\n".join(lines) + "\n"
@@ -491,8 +489,8 @@ QUICK = {"steps": 2, "seeds": 1}
 def problem(args) -> Optional[str]:
     """Why ``curves --task noisy`` refuses these arguments (unknown methods, a learning rate not
     above 0, a negative noise std), or None."""
-    if method_problem(args.methods):
-        return method_problem(args.methods)
+    if unknown := method_problem(args.methods):
+        return unknown
     lrs = tuple(args.lrs) if args.lrs else (noisy_task.DESIGNS[args.design].lr,)
     if not (lrs and all(lr > 0 for lr in lrs) and args.noise_std >= 0):  # --steps, --seeds: at parse time
         return (f"verl-rfpp curves --task noisy: every --lrs value {list(lrs)} must be positive and --noise-std "

@@ -31,6 +31,7 @@ from typing import Optional
 from verl_rfpp.errors import RfppError
 
 DATA_SOURCE = "rfpp_noisy"
+KINDS = ("informative", "flat")  # the order of ``Design.prompts``
 ANSWERS = tuple("ABCDEFGHIJ")
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 NEWLINE = "\n"  # one token: verl's Qwen chat-boundary builder requires it
@@ -130,7 +131,7 @@ def answer_of(text: str) -> str:
 
 def prompts(design: Design) -> list[tuple[str, str]]:
     """``[(text, kind)]``: the informative prompts, then the flat ones."""
-    return [(text, kind) for kind, texts in zip(("informative", "flat"), design.prompts, strict=True) for text in texts]
+    return [(text, kind) for kind, texts in zip(KINDS, design.prompts, strict=True) for text in texts]
 
 
 def qualities(design: Design, task_seed: int = 0) -> dict[str, dict[str, float]]:
@@ -163,8 +164,6 @@ def build_assets(root: Path, design: Design, task_seed: int = 0) -> dict:
     table = qualities(design, task_seed)
     answers = [answer_of(tokenizer.decode([token], skip_special_tokens=True)) for token in range(len(tokenizer))]
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
-    import torch
-
     rows = []
     for text, kind in prompts(design):
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
@@ -173,14 +172,23 @@ def build_assets(root: Path, design: Design, task_seed: int = 0) -> dict:
         if tokenizer.convert_ids_to_tokens(ids) != _expected_tokens(design, text):
             raise NoisyTaskError(f"the tokenizer splits the prompt {text!r} into "
                                  f"{tokenizer.convert_ids_to_tokens(ids)}; expected {_expected_tokens(design, text)}")
-        with torch.no_grad():
-            start = torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1).tolist()
-        rows.append({"text": text, "kind": kind, "ids": ids, "quality": [table[text][a] for a in answers],
-                     "start": start})
+        rows.append({"text": text, "kind": kind, "ids": ids, "quality": [table[text][a] for a in answers]})
+    for row, start in zip(rows, answer_distributions(model, [row["ids"] for row in rows]), strict=True):
+        row["start"] = start
     spec = {"design": design.key, "model": str(model_dir), "task_seed": task_seed, "answers": answers,
             "prompts": rows, "parameters": sum(p.numel() for p in model.parameters())}
     spec_path.write_text(json.dumps(spec))
     return spec
+
+
+def answer_distributions(model, prompt_ids: list[list[int]]) -> list[list[float]]:
+    """pi(. | prompt) of a one-token answer at temperature 1 for each prompt's token ids: the
+    softmax of the model's next-token logits, in float64."""
+    import torch
+
+    with torch.no_grad():
+        return [torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1).tolist()
+                for ids in prompt_ids]
 
 
 def build_data(directory: Path, design: Design, seed: int, steps: int, noise_std: float,
@@ -194,7 +202,7 @@ def build_data(directory: Path, design: Design, seed: int, steps: int, noise_std
     directory.mkdir(parents=True, exist_ok=True)
     table = qualities(design, task_seed)
     kind_of = dict(prompts(design))
-    by_kind = {kind: [text for text, k in prompts(design) if k == kind] for kind in ("informative", "flat")}
+    by_kind = {kind: [text for text, k in prompts(design) if k == kind] for kind in KINDS}
     half = design.prompts_per_step // 2
     rng = random.Random(1_000 + seed)
 

@@ -474,8 +474,8 @@ def _curves(args: argparse.Namespace) -> int:
 
         problem = noisy.problem(args) if args.task == "noisy" else runs.problem(args.methods)
         if problem is None and args.task == "noisy":
-            noisy_task.build_assets(noisy.assets_dir(out, noisy_task.DESIGNS[args.design]),
-                                    noisy_task.DESIGNS[args.design])
+            design = noisy_task.DESIGNS[args.design]
+            noisy_task.build_assets(noisy.assets_dir(out, design), design)
             assets.build_all(out / "assets" / "demo")
         elif problem is None:
             assets.build_all(out / "assets")
@@ -536,6 +536,8 @@ def _overview(parser: argparse.ArgumentParser) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from verl_rfpp.curves import noisy_task  # the task's designs (standard library only)
+
     parser = arguments.Parser(prog="verl-rfpp", description=__doc__.replace("``", ""),
                               usage="verl-rfpp [-h] [--version] COMMAND ...")
     parser.add_argument("--version", action=_Version, help="print verl-rfpp's and verl's versions and exit")
@@ -579,7 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "verl_rfpp verl_grpo (default: all five; --task noisy: the design's, docs/curves/noisy)")
     curves.add_argument("--task", choices=("demo", "noisy"), default="demo",
                         help="noisy: noisy rewards, half the prompts with nothing to learn (docs/curves/noisy)")
-    curves.add_argument("--design", choices=("separate", "shared"), default="separate",
+    curves.add_argument("--design", choices=tuple(noisy_task.DESIGNS), default=noisy_task.SEPARATE.key,
                         help="--task noisy: separate: each prompt one token of its own, untied embeddings, 16 "
                              "prompts x 16 samples a step; shared: prompts of two shared tokens, tied embeddings, "
                              "4 x 4 (docs/curves/noisy)")
