@@ -198,6 +198,15 @@ def test_paired_statistics_by_hand():
     assert result["diff_mean"] == pytest.approx(2 / 3) and result["sign_test_p"] == 1.0
 
 
+def test_the_verdicts_rule_by_hand():
+    assert noisy.answer({"per_seed": [0.1, 0.2, 0.3]}, 1) == "yes"
+    assert noisy.answer({"per_seed": [-0.1, -0.2, -0.3]}, -1) == "yes"
+    assert noisy.answer({"per_seed": [-0.1, -0.2, -0.3]}, 1) == "no"
+    assert noisy.answer({"per_seed": [0.1, -0.2, 0.3]}, 1) == "mixed"
+    assert noisy.answer({"per_seed": [0.1, 0.0, 0.3]}, 1) == "mixed"  # a tie is not the claimed sign
+    assert noisy.answer({"per_seed": []}, 1) == "mixed"
+
+
 def _record(key, seed, flat_kl, reward, steps=6, noise_std=0.1):
     method = next(m for m in METHODS if m.key == key)
     values = lambda value: [(s, value) for s in range(1, steps + 1)]  # noqa: E731
@@ -237,6 +246,12 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     text = (tmp_path / "report.md").read_text()
     assert "| verl GRPO | 0.450 ± 0.071 |" in text
     assert "GRPO's flat prompts further from the start: yes" in text
+    assert "with this model, at lr 0.01? Yes**: flat prompts moved further: yes; informative ones learned more " \
+           "slowly: yes." in text
+    assert "- GRPO's flat advantages are larger (noise presented as signal): **mixed**. GRPO 0.500" in text
+    assert "(true reward at least 1.6 in every seed): **no** (per seed 0.500)." in text
+    assert "`verl-rfpp curves --task noisy --design separate --out DIR --steps 6 --seeds 2 --control 1 " \
+           "--lrs 0.01`" in text
     results = json.loads((tmp_path / "results.json").read_text())
     assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["flat_moved_more"]
     assert "verl GRPO, noisy minus noise-free (seeds [0]):\n- flat entropy drop (nats): +0.700 ± 0.000" in text

@@ -191,6 +191,17 @@ def _every(verdict: dict, name: str, sign: int) -> bool:
     return bool(verdict["seeds"]) and all(sign * d > 0 for d in verdict[name]["per_seed"])
 
 
+def answer(d: dict, sign: int) -> str:
+    """The verdict's rule on one paired difference ``d``, fixed when only seed 0 had run:
+    ``yes`` when ``sign`` times it is positive in every seed, ``no`` when negative in every seed,
+    ``mixed`` otherwise (docs/curves/noisy/report.md, Verdict)."""
+    if d["per_seed"] and all(sign * x > 0 for x in d["per_seed"]):
+        return "yes"
+    if d["per_seed"] and all(sign * x < 0 for x in d["per_seed"]):
+        return "no"
+    return "mixed"
+
+
 def verdicts(table: dict[str, dict[str, dict]]) -> dict:
     """Per lr, GRPO against our REINFORCE++-baseline, seed by seed (same seeds: data order, start,
     sampling and noise streams): GRPO minus baseline on every ``PAIRED_MEASURES`` (``_paired``);
@@ -296,6 +307,44 @@ LABELS = {"flat_entropy_drop": "flat entropy drop (nats)", "flat_kl_from_start":
           "informative_adv_rms": "informative advantage rms"}
 
 
+LEARNED = 1.6  # informative true reward the noise-free baseline must reach in every seed (issue 32)
+QUESTIONS = (  # (measure, the claimed sign of GRPO minus the baseline, the claim)
+    ("flat_adv_rms", 1, "GRPO's flat advantages are larger (noise presented as signal)"),
+    ("flat_kl_from_start", 1, "GRPO's flat prompts moved further from their start"),
+    ("flat_entropy_drop", 1, "GRPO's flat prompts lost more entropy"),
+    ("informative_true_reward", -1, "GRPO learned the informative prompts more slowly (lower informative true "
+                                    "reward at the end)"),
+)
+
+
+def _verdict_lines(lr: str, v: dict, rows: dict, clean_rows: dict) -> list[str]:
+    """The plain answer at ``lr``: each claim of ``QUESTIONS`` judged by ``answer`` on GRPO minus our
+    REINFORCE++-baseline (``verdicts``), and whether the noise-free baseline learned (``LEARNED``)."""
+    answers = {name: answer(v[name], sign) for name, sign, _ in QUESTIONS}
+    moved, slowed = answers["flat_kl_from_start"], answers["informative_true_reward"]
+    plain = "yes" if moved == slowed == "yes" else "no" if "yes" not in (moved, slowed) else "partly"
+    lines = [f"**Does GRPO's noise-as-signal move the flat prompts further and slow the informative ones, with "
+             f"this model, at lr {lr}? {plain.capitalize()}**: flat prompts moved further: {moved}; informative "
+             f"ones learned more slowly: {slowed}. GRPO against our REINFORCE++-baseline, paired over seeds "
+             f"{v['seeds']}:", ""]
+    for name, sign, claim in QUESTIONS:
+        grpo, ours = rows["verl_grpo"][name]["mean"], rows["ours_baseline"][name]["mean"]
+        lines.append(f"- {claim}: **{answers[name]}**. GRPO {grpo:.3f}, baseline {ours:.3f} "
+                     f"({v[name]['ratio']:.2f}x); GRPO minus baseline {_diff(v[name])}.")
+    if "ours_baseline" in clean_rows:
+        reached = clean_rows["ours_baseline"]["informative_true_reward"]["per_seed"]
+        lines.append(f"- Noise-free, our REINFORCE++-baseline learned the informative prompts (true reward at "
+                     f"least {LEARNED} in every seed): **{'yes' if min(reached) >= LEARNED else 'no'}** (per seed "
+                     f"{', '.join(f'{x:.3f}' for x in reached)}).")
+    return lines + [
+        "",
+        "The rule, fixed when only seed 0 had run, before any other seed was read: a claim holds (**yes**) when GRPO minus the baseline "
+        "has the claimed sign in every seed (with 5 seeds the exact sign test's smallest two-sided p, 0.0625, "
+        "one-sided 0.031, and the bootstrap interval then excludes 0), **no** when it has the opposite sign in "
+        "every seed, **mixed** otherwise; the plain answer is yes when both consequences hold, no when neither "
+        "does, partly otherwise.", ""]
+
+
 def _gap_table(records: list[dict], title: str) -> list[str]:
     """Per method, the flat-informative total variation gap at GAP_STEPS, mean (min..max) over seeds."""
     if not all(series(r, P + "flat_informative_tv") for r in records):
@@ -344,6 +393,26 @@ def _task_text(spec: dict, noise: float) -> str:
         "weights in every run, so the methods' runs of one seed are paired.")
 
 
+def command_line(design: str, records: list[dict], control: tuple[dict, ...] = ()) -> str:
+    """The one command that reproduces these runs' report (it reuses the runs finished in its ``--out``)."""
+    def count(runs) -> int:
+        return len({r["seed"] for r in runs})
+
+    design_record, lrs = noisy_task.DESIGNS[design], sorted({r["lr"] for r in records})
+    methods = sorted({r["method"]["key"] for r in records}, key=[m.key for m in METHODS].index)
+    words = ["verl-rfpp curves --task noisy", f"--design {design}", "--out DIR", f"--steps {records[0]['steps']}",
+             f"--seeds {count(records)}"]
+    if control:
+        words.append(f"--control {count(control)}")
+    if lrs != [design_record.lr]:
+        words.append("--lrs " + " ".join(f"{lr:g}" for lr in lrs))
+    if set(methods) != set(design_record.methods):
+        words.append("--methods " + " ".join(methods))
+    if records[0]["noise_std"] != NOISE_STD:
+        words.append(f"--noise-std {records[0]['noise_std']:g}")
+    return " ".join(words)
+
+
 def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> str:
     """report.md's measured part: the task, per lr the summary table, GRPO against our baseline
     seed by seed (paired), the noise-free control and the noise's own effect, the flat-informative
@@ -357,7 +426,7 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
     lines = [
         f"# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU): design `{spec['design']}`",
         "",
-        f"Written by `verl-rfpp curves --task noisy --design {spec['design']}`: "
+        f"Written by `{command_line(spec['design'], records, control)}`: "
         f"{len({r['method']['key'] for r in records})} methods x "
         f"{seeds} seeds x {steps} steps at lr {', '.join(sorted(table))} of verl 0.9.1's v1 trainer on the CPU "
         "backend ([docs/cpu-backend.md](../../cpu-backend.md)), with reward noise and without. Every number here "
@@ -365,6 +434,12 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
         f"`{output_name(spec['design'], 'results.json')}`: "
         "[schema.md](schema.md).",
         "",
+    ]
+    if verdict:
+        lines += ["## Verdict", ""]
+        for lr, v in verdict.items():
+            lines += _verdict_lines(lr, v, table[lr], clean.get(lr, {}))
+    lines += [
         "## The task",
         "",
         _task_text(spec, noise),
