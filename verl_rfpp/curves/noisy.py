@@ -338,8 +338,8 @@ def _verdict_lines(lr: str, v: dict, rows: dict, clean_rows: dict) -> list[str]:
                      f"{', '.join(f'{x:.3f}' for x in reached)}).")
     return lines + [
         "",
-        "The rule, fixed when only seed 0 had run, before any other seed was read: a claim holds (**yes**) when GRPO minus the baseline "
-        "has the claimed sign in every seed (with 5 seeds the exact sign test's smallest two-sided p, 0.0625, "
+        "The rule, fixed when only seed 0 had run, before any other seed was read: a claim holds (**yes**) "
+        "when GRPO minus the baseline has the claimed sign in every seed (with 5 seeds the exact sign test's smallest two-sided p, 0.0625, "
         "one-sided 0.031, and the bootstrap interval then excludes 0), **no** when it has the opposite sign in "
         "every seed, **mixed** otherwise; the plain answer is yes when both consequences hold, no when neither "
         "does, partly otherwise.", ""]
