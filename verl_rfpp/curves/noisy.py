@@ -339,10 +339,10 @@ def _verdict_lines(lr: str, v: dict, rows: dict, clean_rows: dict) -> list[str]:
     return lines + [
         "",
         "The rule, fixed when only seed 0 had run, before any other seed was read: a claim holds (**yes**) "
-        "when GRPO minus the baseline has the claimed sign in every seed (with 5 seeds the exact sign test's smallest two-sided p, 0.0625, "
-        "one-sided 0.031, and the bootstrap interval then excludes 0), **no** when it has the opposite sign in "
-        "every seed, **mixed** otherwise; the plain answer is yes when both consequences hold, no when neither "
-        "does, partly otherwise.", ""]
+        "when GRPO minus the baseline has the claimed sign in every seed (with 5 seeds the exact sign test's "
+        "smallest two-sided p, 0.0625, one-sided 0.031, and the bootstrap interval then excludes 0), **no** when "
+        "it has the opposite sign in every seed, **mixed** otherwise; the plain answer is yes when both "
+        "consequences hold, no when neither does, partly otherwise.", ""]
 
 
 def _gap_table(records: list[dict], title: str) -> list[str]:
