@@ -232,6 +232,29 @@ def test_demo_resume_without_a_checkpoint_is_refused_in_one_line(tmp_path, capsy
     assert "resume with --steps above 4" in capsys.readouterr().out
 
 
+def test_demo_resume_of_another_run_is_refused_in_one_line(tmp_path, capsys):
+    """A checkpoint resumed with another seed, estimator, trainer or world size would continue as
+    another run; one without the saving run's record cannot be checked. Refused before any trainer
+    starts (the checkpoint is the only file, and stays the only one)."""
+    (tmp_path / launch.CHECKPOINTS).mkdir()
+    (tmp_path / launch.CHECKPOINTS / "latest_checkpointed_iteration.txt").write_text("2")
+    assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
+    out = capsys.readouterr().out.strip()
+    assert "has no readable record of the run that saved it" in out and "\n" not in out
+    saved = {"--estimator": "reinforce_plus_plus_baseline", "--legacy": False, "--ranks": 1, "--nodes": 1,
+             "--seed": 1, "--multi-turn": False}
+    launch.write_run_settings(tmp_path, saved)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert cli.main(["demo", "--resume", "--steps", "4", "--seed", "2", "--ranks", "2", "--out", str(tmp_path)]) == 2
+    out = capsys.readouterr().out.strip()
+    assert "was saved by a run with --ranks 1, --seed 1; resume it with the same options (this run has --ranks 2, " \
+           "--seed 2)" in out and "\n" not in out
+    assert cli.main(["demo", "--resume", "--steps", "4", "--estimator", "reinforce_plus_plus", "--seed", "1",
+                     "--out", str(tmp_path)]) == 2
+    assert "--estimator reinforce_plus_plus_baseline; resume it" in capsys.readouterr().out
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
 def test_save_and_resume_reach_verl_s_trainer_options(tmp_path):
     paths = {"train": "t", "test": "v", "model": "m"}
     plain = launch.trainer_overrides(ESTIMATOR, paths, 4, False, tmp_path)

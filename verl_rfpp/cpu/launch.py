@@ -90,15 +90,38 @@ def saved_step(out_dir: Path) -> Optional[int]:
         return None
 
 
-def resume_problem(out_dir: Path, steps: int) -> Optional[str]:
-    """Why a run of ``steps`` steps cannot resume from ``out_dir`` (verl itself would silently
-    train from scratch without a checkpoint), or ``None``."""
+RUN_SETTINGS = "run-settings.json"  # the options of the run that saved the checkpoints in ``out_dir``
+
+
+def write_run_settings(out_dir: Path, settings: dict) -> None:
+    """Record ``settings`` (``demo``'s options that decide the run: ``{"--seed": 0, ...}``) beside
+    the checkpoints a run saves, for ``resume_problem``."""
+    (Path(out_dir) / RUN_SETTINGS).write_text(json.dumps(settings, sort_keys=True))
+
+
+def resume_problem(out_dir: Path, steps: int, settings: dict) -> Optional[str]:
+    """Why a run of ``steps`` steps with ``settings`` cannot resume from ``out_dir``, or ``None``:
+    no checkpoint (verl itself would silently train from scratch), none before ``steps``, or one
+    saved by a run with other settings (verl would continue it as another run: a different seed,
+    estimator or world size)."""
+    checkpoints = Path(out_dir) / CHECKPOINTS
     step = saved_step(out_dir)
     if step is None:
-        return (f"--resume continues from a checkpoint in {Path(out_dir) / CHECKPOINTS}, and there is none; "
+        return (f"--resume continues from a checkpoint in {checkpoints}, and there is none; "
                 "run with --save-every N first (same --out)")
     if steps <= step:
-        return f"the checkpoint in {Path(out_dir) / CHECKPOINTS} is after step {step}: resume with --steps above {step}"
+        return f"the checkpoint in {checkpoints} is after step {step}: resume with --steps above {step}"
+    try:
+        saved = json.loads((Path(out_dir) / RUN_SETTINGS).read_text())
+    except (OSError, ValueError):
+        return (f"the checkpoint in {checkpoints} has no readable record of the run that saved it "
+                f"({Path(out_dir) / RUN_SETTINGS}), so the resumed run could not be the same run; "
+                "run with --save-every N again")
+    differ = [name for name in sorted(settings) if saved.get(name) != settings[name]]
+    if differ:
+        given = ", ".join(f"{name} {saved.get(name)}" for name in differ)
+        return (f"the checkpoint in {checkpoints} was saved by a run with {given}; resume it with the same options "
+                f"(this run has {', '.join(f'{name} {settings[name]}' for name in differ)})")
     return None
 
 

@@ -395,7 +395,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.resume:
         from verl_rfpp.cpu.launch import resume_problem
 
-        problem = resume_problem(args.out, args.steps)
+        problem = resume_problem(args.out, args.steps, _run_settings(args))
         if problem:
             print(f"verl-rfpp demo: {problem}.")
             return 2
@@ -410,8 +410,15 @@ def _demo(args: argparse.Namespace) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
+def _run_settings(args: argparse.Namespace) -> dict:
+    """The demo's options that decide its run (what a resumed run must share with the one that saved)."""
+    return {"--estimator": args.estimator, "--legacy": args.legacy, "--ranks": args.ranks, "--nodes": args.nodes,
+            "--seed": args.seed, "--multi-turn": args.multi_turn}
+
+
 def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     """The demo's run in ``out``, its progress lines and summary; whether every check held."""
+    settings = _run_settings(args)  # as given (several nodes change the estimator and ranks below)
     # Importing verl (the CPU backend) and building the assets print warnings and progress that
     # mean nothing to a reader: they go to messages.log in ``out`` (--verbose: to the terminal).
     with quiet.quiet("demo", verbose=args.verbose, stdout=True) as log:
@@ -438,6 +445,8 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
             print(demo.progress_line(step, args.steps, metrics), flush=True)
 
     trained = args.steps - (launch.saved_step(out) or 0) if args.resume else args.steps  # this run's steps
+    if args.save_every:
+        launch.write_run_settings(out, settings)
     result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
                         ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
                         nodes=args.nodes, save_every=args.save_every, resume=args.resume)
