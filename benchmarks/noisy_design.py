@@ -15,7 +15,8 @@ every seed, the flat prompts stay near their start) before any noisy run was see
 and `--optimizer sgd` came after verl's noisy runs, to ask why they came out as they did (the
 report's "Why", an explanation, not a measurement of verl): the same noise model as the task
 (N(0, noise_std^2) added to each sample's reward, from a stream of its own per seed), and plain SGD
-(the bandit's update, docs/bandit.md) in place of AdamW.
+(the bandit's update, docs/bandit.md) in place of AdamW; it prints how far each kind's own
+input-embedding rows moved (the rows only that kind's samples train, in design `separate`).
 
     python benchmarks/noisy_design.py                       # both designs, lr 5e-3 and 1e-2, 3 methods, 6 seeds
     python benchmarks/noisy_design.py --design separate --lrs 5e-3 1e-2 2e-2 3e-2 --seeds 8
@@ -87,8 +88,13 @@ def run(spec: dict, design: noisy_task.Design, method: str, lr: float, steps: in
         optimizer.step()
     probs = noisy_task.answer_distributions(model, [row["ids"] for row in spec["prompts"]])
     metrics = noisy_task.policy_metrics(spec, probs)
-    return {name: metrics[noisy_task.PREFIX + name]
+    ends = {name: metrics[noisy_task.PREFIX + name]
             for name in ("informative_true_reward", "flat_entropy", "flat_kl_from_start", "flat_informative_tv")}
+    with torch.no_grad():  # how far each kind's own input-embedding rows (its last prompt token's) moved
+        moved = (model.get_input_embeddings().weight - start_model.get_input_embeddings().weight).norm(dim=1)
+        for kind, kind_rows in rows.items():
+            ends[f"{kind}_row_move"] = moved[[row["ids"][-1] for row in kind_rows]].mean().item()
+    return ends
 
 
 def main() -> None:
@@ -118,7 +124,8 @@ def main() -> None:
                         print(f"{key:8s} {args.optimizer} lr {lr:<6g} {method:4s} noise {noise_std:g}, {args.steps} "
                               f"steps: informative true reward {values['informative_true_reward']} (best {best:.2f}); "
                               f"flat entropy {values['flat_entropy']}; flat KL {values['flat_kl_from_start']}; "
-                              f"gap {values['flat_informative_tv']}", flush=True)
+                              f"gap {values['flat_informative_tv']}; embedding rows moved: flat "
+                              f"{values['flat_row_move']}, informative {values['informative_row_move']}", flush=True)
 
 
 if __name__ == "__main__":
