@@ -558,7 +558,7 @@ def write(out: Path, records: list[dict], spec: dict, notes: str = "", control: 
     (out / output_name(design.key, "report.md")).write_text(text + (("\n" + notes.strip() + "\n") if notes else ""))
 
 
-QUICK = {"steps": 1, "seeds": 1}  # a smoke run: one update, probed after it
+QUICK = {"steps": 1, "seeds": 1, "methods": ("ours_baseline",)}  # a smoke run: one update, probed after it
 
 
 def problem(args) -> Optional[str]:
@@ -576,9 +576,9 @@ def problem(args) -> Optional[str]:
 def command(args, echo: Callable[[str], None]) -> int:
     """``verl-rfpp curves --task noisy`` (arguments ``problem`` accepts): run (or reuse) every lr x
     seed x method, then write results.json, the plots and report.md into ``--out``. ``--quick``:
-    1 step, 1 seed."""
+    1 step, 1 seed, our REINFORCE++-baseline unless ``--methods`` says otherwise."""
     out, design = Path(args.out), noisy_task.DESIGNS[args.design]
-    methods = methods_of(tuple(args.methods) if args.methods else design.methods)
+    methods = methods_of(tuple(args.methods) if args.methods else QUICK["methods"] if args.quick else design.methods)
     steps, seeds = (QUICK["steps"], QUICK["seeds"]) if args.quick else (args.steps, args.seeds)
     lrs = tuple(args.lrs) if args.lrs else (design.lr,)
     echo(f"verl-rfpp curves --task noisy --design {design.key}: {len(methods)} methods x {seeds} seeds x {steps} "

@@ -597,7 +597,8 @@ def build_parser() -> argparse.ArgumentParser:
     curves.add_argument("--lrs", type=float, nargs="*",
                         help="--task noisy: learning rates (default: the design's, 5e-3 separate, 1e-2 shared)")
     curves.add_argument("--noise-std", type=float, default=0.1, help="--task noisy: reward noise std")
-    curves.add_argument("--quick", action="store_true", help="--task noisy: a 1-step, 1-seed smoke run")
+    curves.add_argument("--quick", action="store_true",
+                        help="--task noisy: a smoke run (1 step, 1 seed, our REINFORCE++-baseline unless --methods)")
     curves.add_argument("--control", type=int, default=0, metavar="SEEDS",
                         help="--task noisy: also run the design's control methods noise-free, this many seeds "
                              "(separate: GRPO and both REINFORCE++-baselines; shared: GRPO and ours)")
