@@ -262,13 +262,22 @@ def _in_its_environment(variable: str, value: str) -> list[psutil.Process]:
     return found
 
 
+def _as_a_shell_starts_it() -> None:
+    """SIGINT as a shell leaves it for the command it starts: default and unblocked. A child inherits
+    an ignored or blocked SIGINT, and Python then installs no KeyboardInterrupt handler at all (a
+    test worker in which something left SIGINT ignored made these tests time out)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _interrupt(argv, tmp_path, started):
     """Start ``verl-rfpp ARGV`` in a session of its own, wait for ``started(process, lines)`` (its
     stdout so far), send SIGINT to its process group as a terminal's Ctrl-C does; its result."""
     marker = f"verl-rfpp-interrupt-{os.getpid()}-{tmp_path.name}"
     env = {**os.environ, "TMPDIR": str(tmp_path), "VERL_RFPP_TEST_MARKER": marker}
     process = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", *argv], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                               preexec_fn=_as_a_shell_starts_it)
     lines: list[str] = []
 
     def read() -> None:
