@@ -186,11 +186,6 @@ def _paired(a: dict, b: dict, name: str) -> dict:
     return {"seeds": both, **paired(left, right), "ratio": mean(left) / mean(right) if mean(right) else float("inf")}
 
 
-def _every(verdict: dict, name: str, sign: int) -> bool:
-    """Whether ``sign`` times the paired difference on ``name`` is positive in every seed."""
-    return bool(verdict["seeds"]) and all(sign * d > 0 for d in verdict[name]["per_seed"])
-
-
 def answer(d: dict, sign: int) -> str:
     """The verdict's rule on one paired difference ``d``, fixed when only seed 0 had run:
     ``yes`` when ``sign`` times it is positive in every seed, ``no`` when negative in every seed,
@@ -215,9 +210,9 @@ def verdicts(table: dict[str, dict[str, dict]]) -> dict:
         grpo, ours = rows["verl_grpo"], rows["ours_baseline"]
         verdict: dict = {"seeds": sorted(set(grpo["seeds"]) & set(ours["seeds"]))}
         verdict.update({name: _paired(grpo, ours, name) for name in PAIRED_MEASURES})
-        verdict["noise_as_signal"] = _every(verdict, "flat_adv_rms", 1)
-        verdict["flat_moved_more"] = _every(verdict, "flat_kl_from_start", 1)
-        verdict["informative_reward_lower_for_grpo"] = _every(verdict, "informative_true_reward", -1)
+        verdict["noise_as_signal"] = answer(verdict["flat_adv_rms"], 1) == "yes"
+        verdict["flat_moved_more"] = answer(verdict["flat_kl_from_start"], 1) == "yes"
+        verdict["informative_reward_lower_for_grpo"] = answer(verdict["informative_true_reward"], -1) == "yes"
         if "verl_baseline" in rows:
             verdict["control"] = {name: _paired(ours, rows["verl_baseline"], name) for name in PAIRED_MEASURES}
         out[lr] = verdict
