@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from verl_rfpp.tools import scripts
+from verl_rfpp.tools.reader import shell
 
 LAUNCH = "python3 -m verl.trainer.main_ppo"
 
@@ -169,9 +170,9 @@ def test_a_sourced_file_is_read_too_and_a_venv_is_an_assumption(tmp_path):
     ("$(command -v python3) -m verl.trainer.main_ppo a=1\n", "program that starts main_ppo"),
     ("source /nonexistent/env.sh\n", "/nonexistent/env.sh"),
     ("X=$((1 / 0))\n", "division by zero"),
-    ("while true; do :; done\n", "does not end within 10000 rounds"),
+    ("while true; do :; done\n", f"does not end within {shell.LOOP_LIMIT} rounds"),
     ("i=0\nwhile [ $i -lt 1000 ]; do j=0; while [ $j -lt 1000 ]; do j=$((j+1)); done; i=$((i+1)); done\n",
-     "takes over 100000 steps"),
+     f"takes over {shell.STEP_LIMIT} steps"),
 ])
 def test_what_cannot_be_read_safely_is_named_with_its_line(tmp_path, body, construct):
     with pytest.raises(scripts.ScriptError) as caught:

@@ -1,5 +1,5 @@
 """What a launch script passes to ``verl.trainer.main_ppo``, read without running anything
-(docs/contract.md section 6.5): the script is evaluated by ``verl_rfpp.tools.shell``; every command it
+(docs/contract.md section 6.5): the script is evaluated by ``verl_rfpp.tools.reader``; every command it
 would start is answered here, as on a Linux machine with NVIDIA GPUs, and never run. A command
 whose words start main_ppo (``-m verl.trainer.main_ppo``, ``-mverl.trainer.main_ppo`` or a path
 ending in ``verl/trainer/main_ppo.py``, behind any interpreter or launcher: ``uv run``,
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from verl_rfpp.tools import shell
+from verl_rfpp.tools.reader import parse, shell
 
 MAIN_PPO = "verl.trainer.main_ppo"
 MAIN_PPO_FILE = "verl/trainer/main_ppo.py"
@@ -85,9 +85,9 @@ def is_script(word: str) -> bool:
         raise ScriptError(f"{word} is a directory; {takes} (a config directory of your own: "
                           f"check -cp {word} -cn NAME)")
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ScriptError(f"{word} cannot be read ({error.strerror}); {takes}") from None
+        data = parse.read_bytes(word)
+    except parse.ReadError as error:
+        raise ScriptError(f"{word}: {error.why}; {takes}") from None
     try:
         text = data.decode()
     except UnicodeDecodeError:
@@ -143,14 +143,15 @@ def _read(script: Path, arguments: list, environ: dict, cwd: Optional[str]):
     def answer(reader: shell.Shell, command: shell.Command) -> shell.Answer:
         return _answer(reader, command, launches)
 
-    reader = shell.Shell(script.resolve(), arguments, environ, answer, cwd=cwd or os.getcwd())
     try:
+        reader = shell.Shell(script.resolve(), arguments, environ, answer, cwd=cwd or os.getcwd(),
+                             invoked_as=str(script))
         reader.read()
-    except shell.ReadError as error:
-        raise ScriptError(f"{script}:{error.line}: check cannot read this safely ({error.why}): "
+    except parse.ReadError as error:
+        raise ScriptError(f"{script}:{error.line}: check cannot read this exactly ({error.why}): "
                           f"{error.construct}; {WAY_OUT}") from None
     except RecursionError:
-        raise ScriptError(f"{script}: its functions call themselves without end; {WAY_OUT}") from None
+        raise ScriptError(f"{script}: it nests too deeply for check to read; {WAY_OUT}") from None
     notes = [note.replace(f"{script.resolve().name}:", f"{script}:", 1) for note in reader.assumptions]
     return [Launch(*launch[:4], unknowns=dict(reader.unknowns)) for launch in launches], notes, reader.exported_at
 
@@ -161,8 +162,11 @@ def _answer(reader: shell.Shell, command: shell.Command, launches: list) -> shel
     found = main_ppo_arguments(words)
     where = f"line {command.line}"
     if found is None:
+        if reader.is_unknown(words[0]) and any(MAIN_PPO in word or MAIN_PPO_FILE in word for word in words):
+            raise parse.ReadError(command.line, reader.shown(" ".join(words))[:80], "the program that starts "
+                                  "main_ppo is not known")
         if any(MAIN_PPO in word or MAIN_PPO_FILE in word for word in words[1:]):
-            raise shell.ReadError(command.line, reader.shown(" ".join(words))[:80], "this command starts main_ppo in "
+            raise parse.ReadError(command.line, reader.shown(" ".join(words))[:80], "this command starts main_ppo in "
                                   "a way check cannot read (inside a string another program runs)")
         name = os.path.basename(words[0])
         if _PYTHON.fullmatch(name) and "-c" in words and "torch_npu" in " ".join(words):
@@ -172,17 +176,32 @@ def _answer(reader: shell.Shell, command: shell.Command, launches: list) -> shel
         return shell.Answer(None, None)
     index, launcher = found
     if command.stdin_fed:
-        raise shell.ReadError(command.line, reader.shown(" ".join(words))[:80], "main_ppo is fed a here-document")
+        raise parse.ReadError(command.line, reader.shown(" ".join(words))[:80], "main_ppo is fed a here-document")
     if reader.is_unknown(words[0]):
-        raise shell.ReadError(command.line, reader.shown(" ".join(words))[:80], "the program that starts main_ppo "
+        raise parse.ReadError(command.line, reader.shown(" ".join(words))[:80], "the program that starts main_ppo "
                               "is not known")
     interpreter = next((w for w in words[:index] if _PYTHON.fullmatch(os.path.basename(w))), None)
     if interpreter and ("/" in interpreter or "VIRTUAL_ENV" in command.environment):
         reader.assumptions.append(f"{reader.script.name}:{command.line}: {interpreter} is assumed to have the "
                                   f"verl and verl-rfpp this check uses ({where} is not run)")
-    environment = {**command.environment, **_job_env_vars(words[:index], command.line)}
+    environment = {**command.environment, **_env_assignments(words[:index]),
+                   **_job_env_vars(words[:index], command.line)}
     launches.append((tuple(words[index:]), command.line, reader.shown(launcher), environment))
     return shell.Answer(0, "")
+
+
+def _env_assignments(words: Sequence[str]) -> dict:
+    """The ``NAME=VALUE`` words after an ``env`` among a launch's launchers."""
+    found, inside = {}, False
+    for word in words:
+        if os.path.basename(word) == "env":
+            inside = True
+        elif inside and re.fullmatch(r"[A-Za-z_]\w*=.*", word, re.S):
+            name, _, value = word.partition("=")
+            found[name] = value
+        else:
+            inside = False
+    return found
 
 
 def _job_env_vars(words: Sequence[str], line: int) -> dict:
@@ -194,19 +213,101 @@ def _job_env_vars(words: Sequence[str], line: int) -> dict:
             try:
                 found = json.loads(text).get("env_vars", {})
             except (ValueError, AttributeError):
-                raise shell.ReadError(line, word, "ray job submit's --runtime-env-json is not a JSON object "
+                raise parse.ReadError(line, word, "ray job submit's --runtime-env-json is not a JSON object "
                                       "check can read") from None
             return {str(name): str(value) for name, value in found.items()} if isinstance(found, dict) else {}
     return {}
 
 
+_PYTHON_FLAGS = set("uOBEsSIbqvdRP")
+_PYTHON_VALUED = ("-X", "-W")
+_TIMEOUT_VALUED = ("-s", "-k", "--signal", "--kill-after")
+_UV_VALUED = {"--with", "--python", "-p", "--project", "--directory", "--extra", "--group", "--env-file", "--index",
+              "--package", "--with-requirements", "--with-editable", "--default-index", "--config-file"}
+_TORCHRUN_VALUED = {f"--{name}{sep}{rest}" for name, rest in
+                    (("nproc", "per_node"), ("node", "rank"), ("master", "addr"), ("master", "port"),
+                     ("rdzv", "backend"), ("rdzv", "endpoint"), ("rdzv", "id"), ("rdzv", "conf"),
+                     ("max", "restarts"), ("monitor", "interval"), ("log", "dir"), ("start", "method"),
+                     ("local", "addr")) for sep in "_-"} | {"--nnodes", "--role", "--redirects", "--tee"}
+
+
 def main_ppo_arguments(words: Sequence[str]) -> Optional[tuple[int, str]]:
     """Where main_ppo's own arguments start in one command's words, and the words that start it
-    (``python3 -m verl.trainer.main_ppo``); ``None`` when the command does not start main_ppo."""
-    for index, word in enumerate(words):
-        if word == MAIN_PPO and index > 0 and words[index - 1] == "-m" or word == f"-m{MAIN_PPO}" or (
-                word.endswith(MAIN_PPO_FILE) and index > 0):
-            return index + 1, " ".join(words[: index + 1])
+    (``python3 -m verl.trainer.main_ppo``); ``None`` when the command does not start main_ppo as
+    this grammar reads it: launchers (``env NAME=VALUE...``, ``setsid``, ``nohup``, ``time``, ``timeout [OPTIONS]
+    DURATION``, ``uv run [OPTIONS]``, ``ray job submit ... --``), then a python interpreter with
+    its options and ``-m verl.trainer.main_ppo`` (or ``-mverl...``, or a path ending in
+    ``verl/trainer/main_ppo.py``), or ``torchrun [OPTIONS]`` with the module or path."""
+    index = 0
+    while index < len(words):
+        name = os.path.basename(words[index])
+        following = list(words[index + 1:index + 3])
+        if name == "env":
+            index += 1
+            while index < len(words) and re.fullmatch(r"[A-Za-z_]\w*=.*", words[index], re.S):
+                index += 1
+        elif name in ("setsid", "nohup", "time"):
+            index += 1
+            while index < len(words) and words[index].startswith("-") and name != "nohup":
+                index += 1
+        elif name == "timeout":
+            index = _skip_options(words, index + 1, _TIMEOUT_VALUED) + 1
+        elif name == "uv" and following[:1] == ["run"]:
+            index = _skip_options(words, index + 2, _UV_VALUED)
+            if index < len(words) and words[index] in ("-m", "--module"):
+                return _module(words, index)
+        elif name == "ray" and following == ["job", "submit"]:
+            if "--" not in words[index:]:
+                return None
+            index = list(words).index("--", index) + 1
+        elif name == "torchrun":
+            index = _skip_options(words, index + 1, _TORCHRUN_VALUED, stop=("-m", "--module"))
+            if index < len(words) and words[index] in ("-m", "--module"):
+                return _module(words, index)
+            return _script(words, index)
+        elif _PYTHON.fullmatch(name):
+            return _python(words, index + 1)
+        else:
+            return None
+    return None
+
+
+def _skip_options(words: Sequence[str], index: int, valued, stop=()) -> int:
+    """The index after the options starting at ``index`` (``valued``: options that take the next word)."""
+    while index < len(words) and words[index].startswith("-") and words[index] not in stop:
+        if words[index] == "--":
+            return index + 1
+        index += 2 if words[index] in valued else 1
+    return index
+
+
+def _python(words: Sequence[str], index: int) -> Optional[tuple[int, str]]:
+    while index < len(words):
+        word = words[index]
+        if word in ("-m",):
+            return _module(words, index)
+        if word.startswith("-m") and len(word) > 2:
+            return (index + 1, " ".join(words[:index + 1])) if word[2:] == MAIN_PPO else None
+        if word in _PYTHON_VALUED:
+            index += 2
+        elif word.startswith(_PYTHON_VALUED):
+            index += 1
+        elif word.startswith("-") and len(word) > 1 and set(word[1:]) <= _PYTHON_FLAGS:
+            index += 1
+        else:
+            return _script(words, index)
+    return None
+
+
+def _module(words: Sequence[str], index: int) -> Optional[tuple[int, str]]:
+    if index + 1 < len(words) and words[index + 1] == MAIN_PPO:
+        return index + 2, " ".join(words[:index + 2])
+    return None
+
+
+def _script(words: Sequence[str], index: int) -> Optional[tuple[int, str]]:
+    if index < len(words) and words[index].endswith(MAIN_PPO_FILE):
+        return index + 1, " ".join(words[:index + 1])
     return None
 
 

@@ -1,0 +1,3 @@
+"""The static reader of bash launch scripts (docs/contract.md section 6.5): ``parse`` (bounded
+bytes, tree-sitter's tree), ``words`` (quoting, splitting, patterns), ``arithmetic`` (64-bit),
+``shell`` (statements and state), ``builtins`` (what bash does itself)."""

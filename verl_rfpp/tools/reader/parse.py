@@ -1,0 +1,102 @@
+"""A script's bytes and syntax tree for the reader (docs/contract.md section 6.5): a regular file of
+at most ``MAX_SCRIPT_BYTES`` (never a device, FIFO or socket, never read past the bound), parsed
+when it has no NUL byte by tree-sitter-bash and no deeper than ``MAX_DEPTH``; ``ReadError`` (check's
+exit 2, one line) for anything else. Also the node helpers the other modules share."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import tree_sitter
+import tree_sitter_bash
+
+MAX_SCRIPT_BYTES = 1 << 20
+MAX_DEPTH = 200
+
+_PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+class ReadError(Exception):
+    """A construct the reader does not evaluate exactly: ``line`` (1-based), ``construct`` and why."""
+
+    def __init__(self, line: int, construct: str, why: str):
+        super().__init__(f"line {line}: {why}: {construct}")
+        self.line, self.construct, self.why = line, construct, why
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of a script or sourced file, bounded (see the module's docstring)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as error:
+        raise ReadError(0, str(path), f"it cannot be opened ({error.strerror})") from None
+    try:
+        found = os.fstat(descriptor)
+        if not stat.S_ISREG(found.st_mode):
+            raise ReadError(0, str(path), "it is not a regular file (a device, FIFO, socket or directory)")
+        if found.st_size > MAX_SCRIPT_BYTES:
+            raise ReadError(0, str(path), f"it is {found.st_size} bytes, over the {MAX_SCRIPT_BYTES} a script may be")
+        with os.fdopen(os.dup(descriptor), "rb") as handle:
+            data = handle.read(MAX_SCRIPT_BYTES + 1)
+    finally:
+        os.close(descriptor)
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise ReadError(0, str(path), f"it is over the {MAX_SCRIPT_BYTES} bytes a script may be")
+    return data
+
+
+def parse(data: bytes, path: str):
+    """The root node of ``data``'s tree; ``ReadError`` where tree-sitter-bash finds an error or the
+    tree nests deeper than ``MAX_DEPTH``."""
+    if b"\0" in data:
+        raise ReadError(data[:data.index(b"\0")].count(b"\n") + 1, str(path), "it holds a NUL byte")
+    tree = _PARSER.parse(data)
+    if tree.root_node.has_error:
+        bad = _first_error(tree.root_node)
+        raise ReadError(line(bad), construct(bad), f"{path} is not bash that tree-sitter-bash can parse")
+    stack = [(tree.root_node, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ReadError(line(node), construct(node), f"it nests deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in node.children)
+    return tree.root_node
+
+
+def _first_error(node):
+    while not (node.type == "ERROR" or node.is_missing):
+        child = next((c for c in node.children if c.has_error or c.is_missing), None)
+        if child is None:
+            return node
+        node = child
+    return node
+
+
+def text(node) -> str:
+    return node.text.decode(errors="surrogateescape")
+
+
+def line(node) -> int:
+    return node.start_point[0] + 1
+
+
+def printable(value: str) -> str:
+    """``value`` safe to print on any terminal and encoding: control characters and bytes that are
+    not UTF-8 written as escapes."""
+    out = []
+    for character in value:
+        code = ord(character)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif character.isprintable() or character == " ":
+            out.append(character)
+        else:
+            out.append(repr(character)[1:-1])
+    return "".join(out)
+
+
+def construct(node) -> str:
+    """``node``'s text on one line, at most 80 characters, printable."""
+    written = printable(" ".join(text(node).split()))
+    return written if len(written) <= 80 else written[:77] + "..."
