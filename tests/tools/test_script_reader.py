@@ -1,4 +1,4 @@
-"""The static reader of launch scripts (verl_rfpp/tools/shell.py, verl_rfpp/tools/scripts.py; docs/contract.md
+"""The static reader of launch scripts (verl_rfpp/tools/reader/, verl_rfpp/tools/scripts.py; docs/contract.md
 section 6.5): what bash would pass to main_ppo, found without running anything. Each expected
 value is written here from bash's documented behaviour (quoting, splitting, expansions, control
 flow), never from the reader's own output. No process is started (the two-minute tier's guard)."""

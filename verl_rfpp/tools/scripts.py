@@ -148,8 +148,8 @@ def _read(script: Path, arguments: list, environ: dict, cwd: Optional[str]):
                              invoked_as=str(script))
         reader.read()
     except parse.ReadError as error:
-        raise ScriptError(f"{script}:{error.line}: check cannot read this exactly ({error.why}): "
-                          f"{error.construct}; {WAY_OUT}") from None
+        raise ScriptError(parse.printable(f"{script}:{error.line}: check cannot read this exactly ({error.why}): "
+                                          f"{error.construct}; {WAY_OUT}")) from None
     except RecursionError:
         raise ScriptError(f"{script}: it nests too deeply for check to read; {WAY_OUT}") from None
     notes = [note.replace(f"{script.resolve().name}:", f"{script}:", 1) for note in reader.assumptions]

@@ -1,6 +1,6 @@
 """A script's bytes and syntax tree for the reader (docs/contract.md section 6.5): a regular file of
-at most ``MAX_SCRIPT_BYTES`` (never a device, FIFO or socket, never read past the bound), parsed
-when it has no NUL byte by tree-sitter-bash and no deeper than ``MAX_DEPTH``; ``ReadError`` (check's
+at most ``MAX_SCRIPT_BYTES`` (never a device, FIFO or socket, never read past the bound), parsed by
+tree-sitter-bash when it has no NUL byte and at most ``MAX_WORDS`` words; ``ReadError`` (check's
 exit 2, one line) for anything else. Also the node helpers the other modules share."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import tree_sitter
 import tree_sitter_bash
 
 MAX_SCRIPT_BYTES = 1 << 20
-MAX_DEPTH = 200
+MAX_WORDS = 20000  # blank-separated words in one file (verl's longest example has under 1000)
 
 _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
@@ -47,20 +47,15 @@ def read_bytes(path: str) -> bytes:
 
 
 def parse(data: bytes, path: str):
-    """The root node of ``data``'s tree; ``ReadError`` where tree-sitter-bash finds an error or the
-    tree nests deeper than ``MAX_DEPTH``."""
+    """The root node of ``data``'s tree; ``ReadError`` where tree-sitter-bash finds an error."""
     if b"\0" in data:
         raise ReadError(data[:data.index(b"\0")].count(b"\n") + 1, str(path), "it holds a NUL byte")
+    if len(data.split(maxsplit=MAX_WORDS)) > MAX_WORDS:
+        raise ReadError(0, str(path), f"it has over {MAX_WORDS} words")
     tree = _PARSER.parse(data)
     if tree.root_node.has_error:
         bad = _first_error(tree.root_node)
         raise ReadError(line(bad), construct(bad), f"{path} is not bash that tree-sitter-bash can parse")
-    stack = [(tree.root_node, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ReadError(line(node), construct(node), f"it nests deeper than {MAX_DEPTH} levels")
-        stack.extend((child, depth + 1) for child in node.children)
     return tree.root_node
 
 

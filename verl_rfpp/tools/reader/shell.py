@@ -24,7 +24,7 @@ from verl_rfpp.tools.reader.words import BREAK, Piece, Unsupported
 _FIRST_MARKER = 0xF0000  # Unicode's private-use plane 15: never in a script's own text
 LOOP_LIMIT = 5000
 STEP_LIMIT = 20000
-MAX_CALL_DEPTH = 100
+MAX_CALL_DEPTH = 50
 MAX_VALUE = 1 << 16  # characters in one value
 MAX_HELD = 1 << 24  # characters in all values together
 MAX_FIELDS = 10000  # fields of one command or list
@@ -43,7 +43,7 @@ BASH_OWN = frozenset({
 # Assigning these changes how bash behaves, or bash refuses it: the reader refuses it.
 _SPECIAL_ASSIGNMENTS = BASH_OWN - {"IFS", "HOSTNAME", "OLDPWD", "PS1", "PS2", "PS4", "COLUMNS", "LINES",
                                    "HISTFILE", "HISTFILESIZE", "HISTSIZE", "MAILCHECK", "OPTERR", "_"} | {
-    "CDPATH", "GLOBIGNORE", "POSIXLY_CORRECT", "BASH_ENV", "ENV", "BASH_XTRACEFD", "BASH_COMPAT", "HOME", "PATH"}
+    "CDPATH", "GLOBIGNORE", "POSIXLY_CORRECT", "BASH_ENV", "ENV", "BASH_XTRACEFD", "BASH_COMPAT"}
 # In the environment bash starts from, these change how it reads the script.
 STARTUP_VARIABLES = ("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT", "CDPATH", "GLOBIGNORE",
                      "BASH_COMPAT", "BASH_XTRACEFD")
@@ -349,7 +349,7 @@ class Shell:
         if status is None:
             if _inert(right, self.state.functions):
                 return None
-            if operator == "&&":
+            if operator == "&&" and not _is_test(left):
                 self.note(left, "succeeds (not run; the command after && is read)")
                 status = 0
             else:
@@ -620,6 +620,8 @@ class Shell:
                 self._stdin_fed = True
             elif child.type == "file_redirect":
                 self._record_write(child)
+        if len(arguments) > MAX_FIELDS:
+            raise self.refuse(node, f"a command of over {MAX_FIELDS} words")
         saved, self._substitution_status = self._substitution_status, []
         try:
             fields = self._fields(arguments, arguments=True)
@@ -1424,6 +1426,14 @@ def _stdout_redirected(redirect) -> bool:
     written = text(redirect).strip()
     match = re.match(r"(\d*)(&>>?|>>?|>\||>&)", written)
     return match is not None and match.group(1) in ("", "1")
+
+
+def _is_test(node) -> bool:
+    """Whether ``node`` is a test (``[ ]``, ``[[ ]]``, ``test``): its unknown value is never assumed."""
+    if node.type == "test_command":
+        return True
+    name = node.child_by_field_name("name") if node.type == "command" else None
+    return name is not None and text(name) in ("[", "test")
 
 
 def _inert(node, functions: Mapping) -> bool:
