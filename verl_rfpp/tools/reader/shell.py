@@ -609,9 +609,24 @@ class Shell:
         return 0
 
     def _do_command(self, node) -> Status:
+        children = [(child, node.field_name_for_child(index)) for index, child in enumerate(node.children)]
+        groups, start = [], 0
+        for index in range(1, len(children)):
+            gap = node.text[children[index - 1][0].end_byte - node.start_byte:
+                            children[index][0].start_byte - node.start_byte]
+            if b"\n" in gap.replace(b"\\\n", b""):
+                groups.append(children[start:index])
+                start = index
+        groups.append(children[start:])
+        for group in groups[:-1]:  # tree-sitter-bash joins `A=1 B=2` with the next line's command
+            if any(child.type != "variable_assignment" for child, _ in group):
+                raise self.refuse(node, "tree-sitter-bash misreads this command across lines")
+            self.status = self._errexit(node, self._assignments([child for child, _ in group]))
+        return self._simple_command(node, groups[-1])
+
+    def _simple_command(self, node, children: list) -> Status:
         assignments, arguments = [], []
-        for index, child in enumerate(node.children):
-            role = node.field_name_for_child(index)
+        for child, role in children:
             if child.type == "variable_assignment":
                 assignments.append(child)
             elif role in ("name", "argument"):
@@ -718,6 +733,8 @@ class Shell:
     def substitute(self, node) -> str:
         """The output of ``$(...)``/backticks as the reader knows it, else a marker; its status is
         recorded for an assignment's own status."""
+        if text(node).startswith("$(("):
+            raise self.refuse(node, "tree-sitter-bash reads this $((...)) as a command substitution")
         saved, self._output = self._output, []
         status_before = self.status
 
@@ -806,6 +823,8 @@ class Shell:
         """The pieces of one word (``BREAK`` between the fields of ``"$@"``); ``quoted``: no word
         splitting (inside [[ ]], assignments, case); ``pattern``: backslashes kept for the pattern."""
         kind = node.type
+        if kind == "regex" and re.search(r"[$`'\"]", text(node)):
+            return self._pieces(self._as_word(node), quoted, pattern, assignment, start)
         if kind in ("word", "number", "extglob_pattern", "regex", "special_variable_name", "variable_name"):
             written = text(node)
             if pattern:
@@ -829,15 +848,31 @@ class Shell:
             for index, child in enumerate(node.children):
                 found.extend(self._pieces(child, quoted, pattern, assignment, start and index == 0))
             return found
+        if kind in ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion"):
+            found = self._expanded(node, quoted)
+            if pattern:  # an unquoted expansion in a pattern or regex is itself pattern text
+                return [piece if piece is BREAK else Piece(piece.text, piece.split, True) for piece in found]
+            return found
+        raise self.refuse(node, f"check does not evaluate bash's {kind.replace('_', ' ')}")
+
+    def _as_word(self, node):
+        """A pattern tree-sitter-bash leaves as raw text (``${X#$P}``), parsed again as one word."""
+        root = parse.parse(b": " + node.text, str(self.script))
+        command = root.named_children[0] if len(root.named_children) == 1 else None
+        arguments = [] if command is None else command.children_by_field_name("argument")
+        if len(arguments) != 1 or text(arguments[0]) != text(node):
+            raise self.refuse(node, "check cannot read this pattern as one word")
+        return arguments[0]
+
+    def _expanded(self, node, quoted: bool) -> list:
+        kind = node.type
         if kind == "simple_expansion":
             return self._value_pieces(self._lookup(node.named_children[-1], strict=True), quoted, node)
         if kind == "expansion":
             return self._expansion(node, quoted)
         if kind == "command_substitution":
             return [Piece(self.substitute(node), not quoted, not quoted)]
-        if kind == "arithmetic_expansion":
-            return [Piece(self._arithmetic_text(node), not quoted, not quoted)]
-        raise self.refuse(node, f"check does not evaluate bash's {kind.replace('_', ' ')}")
+        return [Piece(self._arithmetic_text(node), not quoted, not quoted)]
 
     def _tilde(self, written: str, node, assignment: bool, start: bool = True) -> str:
         """Tilde expansion: ``~`` and ``~/...`` at the word's start (and after ``:`` in an
@@ -1294,6 +1329,8 @@ class Shell:
             self._make_local(name, node)
         append = any(child.type == "+=" for child in node.children)
         if value_node is not None and value_node.type == "array":
+            if any(re.match(r"\[[^]]*\]=", text(child)) for child in value_node.named_children):
+                raise self.refuse(node, "check does not model arrays with explicit indices")
             items = self._fields(value_node.named_children)
             if append:
                 old = self.variables.get(name, [])
