@@ -325,6 +325,16 @@ class MainPpoCommand:
     config_name: Optional[str] = None
     config_dir: Optional[str] = None
 
+    def composition(self) -> tuple[Optional[str], Optional[str], list[str]]:
+        """The config path, config name and overrides to compose, as Hydra reads ``--config-dir DIR``:
+        DIR searched besides verl's own config directory (the primary config from DIR when it is there)."""
+        name = self.config_name or "ppo_trainer"
+        if self.config_path or not self.config_dir or not (
+                Path(self.config_dir) / (name if name.endswith(".yaml") else f"{name}.yaml")).is_file():
+            return self.config_path, self.config_name, list(self.overrides)
+        return (os.path.abspath(self.config_dir), self.config_name,
+                ["hydra.searchpath=[pkg://verl.trainer.config]", *self.overrides])
+
 
 def parse_main_ppo(arguments: Sequence[str]) -> MainPpoCommand:
     """Split main_ppo's arguments into Hydra's config options (``--config-path X``,
