@@ -319,6 +319,21 @@ def _loss_mode(config: DictConfig, estimator: str, rule: Rule) -> list[Violation
                         f"'{POLICY_LOSS_MODE}' (the plain clipped surrogate)", POLICY_LOSS_MODE, default="vanilla")
 
 
+def reads(key: str) -> bool:
+    """Whether the verdict could read ``key`` or anything under or above it: a key of a rule
+    (``RULES``, their types and requirements), ``algorithm.adv_estimator``, a sequence-splitting
+    key by name under ``ENGINE_ROLES``, a key of Hydra's or a config group (``/``, ``@``)."""
+    key = key.lstrip("+")
+    if key.startswith(("~", "hydra.")) or key == "hydra" or "/" in key or "@" in key:
+        return True
+    fixed = {"algorithm.adv_estimator", *_TYPED_KEYS, *_COMMON_REQUIRED}
+    fixed.update(name for rule in RULES for name in rule.keys if "{" not in name)
+    fixed.update(name.replace(ACTOR, f"{AR}.ref", 1) for name in list(fixed) if name.startswith(ACTOR + "."))
+    if any(key == name or name.startswith(key + ".") or key.startswith(name + ".") for name in fixed):
+        return True
+    return key.startswith(ENGINE_ROLES) and any(SEQUENCE_SPLITTING_KEY.match(part) for part in key.split("."))
+
+
 def sequence_splitting_keys(config: DictConfig) -> list[str]:
     """Every key under ``ENGINE_ROLES`` whose name matches ``SEQUENCE_SPLITTING_KEY``, including
     keys inside containers reached through an interpolation; other values are never resolved."""

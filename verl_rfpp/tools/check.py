@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -118,7 +119,8 @@ def _print_after(log: quiet.QuietLog, verdicts: str) -> None:
 
 def _check_launch(launch, reading, script: str, shown: tuple) -> int:
     """One run of a script: its overrides judged in the environment the script gives it. A value the
-    reading cannot know is judged as two different stand-ins: the same verdict, or exit 2."""
+    reading cannot know is exit 2 unless it is only the value of keys the verdict does not read, and
+    two stand-ins of it (a word and a number) give the same status and rule ids."""
     from verl_rfpp.tools import scripts
 
     try:
@@ -129,22 +131,50 @@ def _check_launch(launch, reading, script: str, shown: tuple) -> int:
     loaded = _loaded_for(launch, reading, script)
     if isinstance(loaded, int):
         return loaded
+    unknowns = launch.unknown_parts()
+    reached = _unknown_read(launch, unknowns)
+    if reached:
+        print(f"verl-rfpp check: {script}:{launch.line}: the verdict may depend on a value check cannot know "
+              f"without running something ({reached}); {scripts.WAY_OUT}")
+        return 2
     config_path, config_name, overrides = run.composition()
     status, lines = _judge(overrides, config_path, config_name, shown, launch.forwards, loaded)
-    unknowns = launch.unknown_parts()
     if unknowns:
-        other = _judge(scripts.parse_main_ppo(launch.known("other")).composition()[2], config_path, config_name,
-                       shown, launch.forwards, loaded)
-        if other != (status, [line.replace("unknown", "other") for line in lines]):
+        number = scripts.parse_main_ppo(launch.known("1")).composition()
+        other = _judge(number[2], number[0], number[1], shown, launch.forwards, loaded)
+        if _rule_ids(other) != _rule_ids((status, lines)):
             where = "; ".join(f"{script}:{line}: {construct}" for line, construct in unknowns)
             print(f"verl-rfpp check: the verdict depends on a value check cannot know without running something "
                   f"({where}); {scripts.WAY_OUT}")
             return 2
         for line, construct in unknowns:
-            print(f"assumed: {script}:{line}: `{construct}` is not known without running it; it reaches only "
-                  "settings the verdict does not read")
+            print(f"assumed: {script}:{line}: `{construct}` is not known without running it; it is the value of "
+                  "a key no rule reads")
     print("\n".join(lines))
     return status
+
+
+def _unknown_read(launch, unknowns: list) -> str:
+    """Where an unknown value could reach the verdict: in a config option, in a key, or as the value
+    of a key the verdict reads (``validation.reads``); "" when it is only the value of other keys."""
+    if not unknowns:
+        return ""
+    for argument in launch.arguments:
+        if not any(marker in argument for marker in launch.unknowns or {}):
+            continue
+        key, equals, _ = argument.partition("=")
+        shown = launch.known("<unknown>")[launch.arguments.index(argument)]
+        if not equals or argument.startswith("-") or any(marker in key for marker in launch.unknowns):
+            return f"{shown!r} is not KEY=VALUE with a known KEY"
+        if validation.reads(key):
+            return f"{shown!r} sets a key the verdict reads"
+    return ""
+
+
+def _rule_ids(judged: tuple) -> tuple:
+    """A verdict's exit status and the rule ids it names (its text names the stand-in value)."""
+    status, lines = judged
+    return status, tuple(sorted(set(re.findall(r"\[(6\.\d+(?:\.\d+)?)\]", "\n".join(lines)))))
 
 
 def _loaded_for(launch, reading, script: str):
