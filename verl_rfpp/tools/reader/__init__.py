@@ -1,3 +1,4 @@
 """The static reader of bash launch scripts (docs/contract.md section 6.5): ``parse`` (bounded
 bytes, tree-sitter's tree), ``words`` (quoting, splitting, patterns), ``arithmetic`` (64-bit),
-``shell`` (statements and state), ``builtins`` (what bash does itself)."""
+``state`` (what a subshell copies), ``shell`` (statements and expansions), ``builtins`` (what
+bash does itself)."""

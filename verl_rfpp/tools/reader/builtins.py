@@ -12,11 +12,23 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from verl_rfpp.tools.reader import arithmetic, parse, words
-from verl_rfpp.tools.reader.shell import (_SET_FLAGS, _SET_OPTIONS, _SHOPT_HARMLESS, Command, Shell, Status, _Exit,
-                                          _LoopControl, _Return, _scalar)
+from verl_rfpp.tools.reader.state import (
+    SET_FLAGS,
+    SET_OPTIONS,
+    SHOPT_HARMLESS,
+    Command,
+    Exit,
+    LoopControl,
+    Return,
+    Status,
+    scalar,
+)
+
+if TYPE_CHECKING:
+    from verl_rfpp.tools.reader.shell import Shell
 
 MAX_SOURCE_DEPTH = 20
 
@@ -80,7 +92,7 @@ def _cd(shell: Shell, fields: list, node) -> Status:
         arguments = arguments[1:]
     if len(arguments) > 1 or (arguments and arguments[0].startswith("-")):
         raise shell.refuse(node, "check does not model cd with options, several arguments or cd -")
-    target = arguments[0] if arguments else _scalar(shell.variables.get("HOME", ""))
+    target = arguments[0] if arguments else scalar(shell.variables.get("HOME", ""))
     if not arguments and "HOME" not in shell.variables:
         raise shell.refuse(node, "cd with HOME unset")
     if shell.is_unknown(target) or shell.is_unknown(shell.cwd):
@@ -171,7 +183,7 @@ def _set(shell: Shell, fields: list, node) -> Status:
             shell.state.positional = arguments[1:]
             return 0
         if word in ("-o", "+o"):
-            if len(arguments) < 2 or arguments[1] not in _SET_OPTIONS:
+            if len(arguments) < 2 or arguments[1] not in SET_OPTIONS:
                 raise shell.refuse(node, f"check does not model set {word} {' '.join(arguments[1:2])}")
             _option(shell, arguments[1], word == "-o")
             arguments = arguments[2:]
@@ -179,14 +191,14 @@ def _set(shell: Shell, fields: list, node) -> Status:
         if word[:1] in "-+" and len(word) > 1:
             for letter in word[1:]:
                 if letter == "o":
-                    if len(arguments) < 2 or arguments[1] not in _SET_OPTIONS:
+                    if len(arguments) < 2 or arguments[1] not in SET_OPTIONS:
                         raise shell.refuse(node, f"check does not model set {word} {' '.join(arguments[1:2])}")
                     _option(shell, arguments[1], word[0] == "-")
                     arguments = arguments[1:]
                     continue
-                if letter not in _SET_FLAGS:
+                if letter not in SET_FLAGS:
                     raise shell.refuse(node, f"check does not model set {word[0]}{letter}")
-                _option(shell, _SET_FLAGS[letter], word[0] == "-")
+                _option(shell, SET_FLAGS[letter], word[0] == "-")
             arguments = arguments[1:]
             continue
         shell.state.positional = arguments
@@ -215,7 +227,7 @@ def _exit(shell: Shell, fields: list, node) -> Status:
             if value is None:
                 raise shell.refuse(node, f"{fields[0]} {fields[1]}: not a number (bash's error)")
             status = value % 256
-    raise (_Return if fields[0] == "return" else _Exit)(status)
+    raise (Return if fields[0] == "return" else Exit)(status)
 
 
 def _loop(shell: Shell, fields: list, node) -> Status:
@@ -226,7 +238,7 @@ def _loop(shell: Shell, fields: list, node) -> Status:
             raise shell.refuse(node, f"{fields[0]} with this argument")
         levels = value
     if shell._loops:
-        raise _LoopControl(fields[0], min(levels, shell._loops))
+        raise LoopControl(fields[0], min(levels, shell._loops))
     return 0  # bash: "only meaningful in a loop", and it goes on
 
 
@@ -268,7 +280,7 @@ def _source(shell: Shell, fields: list, node) -> Status:
     try:
         shell._block(parse.parse(data, str(path)).children)
         return shell.status
-    except _Return as stop:
+    except Return as stop:
         return stop.status
     finally:
         shell._sources -= 1
@@ -279,7 +291,7 @@ def _source(shell: Shell, fields: list, node) -> Status:
 def _activate(shell: Shell, fields: list, node) -> Status:
     venv = str((Path(shell.cwd) / fields[1]).parent.parent)
     shell.variables["VIRTUAL_ENV"] = venv
-    shell.variables["PATH"] = f"{venv}/bin:{_scalar(shell.variables.get('PATH', ''))}"
+    shell.variables["PATH"] = f"{venv}/bin:{scalar(shell.variables.get('PATH', ''))}"
     shell.state.exported.update(("VIRTUAL_ENV", "PATH"))
     shell.note(node, f"activates the virtual environment {venv} (not read): its python is assumed to have "
                      "the verl and verl-rfpp that check uses")
@@ -292,7 +304,7 @@ def _exec(shell: Shell, fields: list, node) -> Status:
     if fields[1].startswith("-") or fields[1] in shell.state.functions:
         raise shell.refuse(node, "check does not model exec with options or of a function's name")
     status = shell._external(fields[1:], node)
-    raise _Exit(status)
+    raise Exit(status)
 
 
 def _env(shell: Shell, fields: list, node) -> Status:
@@ -428,7 +440,7 @@ def _trap(shell: Shell, fields: list, node) -> Status:
 
 def _shopt(shell: Shell, fields: list, node) -> Status:
     arguments = fields[1:]
-    if arguments[:1] in (["-s"], ["-u"]) and arguments[1:] and all(a in _SHOPT_HARMLESS for a in arguments[1:]):
+    if arguments[:1] in (["-s"], ["-u"]) and arguments[1:] and all(a in SHOPT_HARMLESS for a in arguments[1:]):
         return 0
     raise shell.refuse(node, f"check does not model shopt {' '.join(arguments)[:40]}")
 

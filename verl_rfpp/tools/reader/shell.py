@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from verl_rfpp.tools.reader import arithmetic, parse, words
+from verl_rfpp.tools.reader import arithmetic, builtins, parse, words
 from verl_rfpp.tools.reader.parse import ReadError, construct, line, text
+from verl_rfpp.tools.reader.state import Answer, Command, Exit, LoopControl, Return, State, Status, scalar
 from verl_rfpp.tools.reader.words import BREAK, Piece, Unsupported
 
 _FIRST_MARKER = 0xF0000  # Unicode's private-use plane 15: never in a script's own text
@@ -28,7 +29,6 @@ MAX_CALL_DEPTH = 50
 MAX_VALUE = 1 << 16  # characters in one value
 MAX_HELD = 1 << 24  # characters in all values together
 MAX_FIELDS = 10000  # fields of one command or list
-Status = Optional[int]  # None: not known without running the command
 
 # Variables bash sets itself: never taken from check's environment. Reading one the script did
 # not assign is an unknown value (or, for these three, computed: LINENO, PWD, IFS's default).
@@ -47,12 +47,6 @@ _SPECIAL_ASSIGNMENTS = BASH_OWN - {"IFS", "HOSTNAME", "OLDPWD", "PS1", "PS2", "P
 # In the environment bash starts from, these change how it reads the script.
 STARTUP_VARIABLES = ("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT", "CDPATH", "GLOBIGNORE",
                      "BASH_COMPAT", "BASH_XTRACEFD")
-_SET_FLAGS = {"e": "errexit", "u": "nounset", "x": "xtrace", "v": "verbose", "n": "noexec", "f": "noglob",
-              "E": "errtrace", "T": "functrace"}
-_SET_OPTIONS = set(_SET_FLAGS.values()) | {"pipefail"}
-_SHOPT_HARMLESS = {"extglob", "checkwinsize", "histappend", "expand_aliases_off", "globasciiranges",
-                   "sourcepath", "cmdhist", "progcomp", "interactive_comments", "promptvars", "extquote",
-                   "complete_fullquote", "force_fignore", "hostcomplete"}
 # What a branch may hold and still change nothing the reading tracks (an unknown test may skip it).
 _STATEFUL_NODES = {"variable_assignment", "variable_assignments", "declaration_command", "unset_command",
                    "function_definition"}
@@ -60,61 +54,6 @@ _STATEFUL_COMMANDS = {"cd", "shift", "set", "source", ".", "eval", "exit", "retu
                       "typeset", "readonly", "exec", "break", "continue", "read", "unset", "pushd", "popd", "trap",
                       "shopt", "getopts", "let", "alias", "mapfile", "readarray", "enable", "unalias", "builtin",
                       "command"}
-
-
-class _Exit(Exception):
-    def __init__(self, status: Status):
-        self.status = status
-
-
-class _Return(_Exit):
-    pass
-
-
-class _LoopControl(Exception):
-    def __init__(self, kind: str, levels: int):
-        self.kind, self.levels = kind, levels
-
-
-@dataclass(frozen=True)
-class Command:
-    """A simple command the reader does not evaluate itself: its words after expansion (unknown
-    parts as markers), its line, the environment it would get, and whether its stdin is fed by
-    the script (here-document, here-string)."""
-
-    words: tuple[str, ...]
-    line: int
-    environment: Mapping[str, str]
-    stdin_fed: bool = False
-
-
-@dataclass
-class Answer:
-    """What ``on_command`` says a command does: its exit status and output (``None``: unknown)."""
-
-    status: Status = None
-    output: Optional[str] = None
-
-
-@dataclass
-class State:
-    """What a subshell copies and its parent keeps: bash's shell state as the reader tracks it."""
-
-    variables: dict = field(default_factory=dict)
-    exported: set = field(default_factory=set)
-    readonly: set = field(default_factory=set)
-    functions: dict = field(default_factory=dict)
-    options: set = field(default_factory=set)
-    positional: list = field(default_factory=list)
-    cwd: str = ""
-    traps: dict = field(default_factory=dict)
-    locals: list = field(default_factory=list)  # one {name: saved value or None} per function call
-
-    def copy(self) -> State:
-        """An independent copy (the syntax nodes of functions are shared: they never change)."""
-        return State({name: list(value) if isinstance(value, list) else value for name, value in self.variables.items()},
-                     set(self.exported), set(self.readonly), dict(self.functions), set(self.options),
-                     list(self.positional), self.cwd, dict(self.traps), [dict(scope) for scope in self.locals])
 
 
 @dataclass
@@ -165,7 +104,7 @@ class Shell:
         try:
             self._source_file(str(self.script), None)
             status = self.status
-        except _Exit as stop:
+        except Exit as stop:
             status = stop.status
         self._check_traps()
         return status
@@ -188,7 +127,7 @@ class Shell:
     def environment(self, extra: Mapping[str, str] = ()) -> dict:
         """The environment a command started now would get (``extra``: its own assignments)."""
         variables = self.state.variables
-        found = {name: _scalar(variables[name]) for name in self.state.exported if name in variables}
+        found = {name: scalar(variables[name]) for name in self.state.exported if name in variables}
         found.update(extra)
         return found
 
@@ -228,7 +167,7 @@ class Shell:
         loops, self._loops = self._loops, 0
         try:
             return run()
-        except _Exit as stop:
+        except Exit as stop:
             return stop.status
         finally:
             self.state, self.held, self._loops = saved, held, loops
@@ -251,7 +190,7 @@ class Shell:
                 continue
             self.status = self._statement(node)
             if "noexec" in self.state.options:
-                raise _Exit(0)
+                raise Exit(0)
 
     def _statement(self, node) -> Status:
         self.steps += 1
@@ -281,7 +220,7 @@ class Shell:
         if status is None:
             self.note(node, "succeeds (set -e: not run, its exit status is assumed 0)")
             return 0
-        raise _Exit(status)
+        raise Exit(status)
 
     def _ignoring_errexit(self, node) -> Status:
         self._ignore_errexit += 1
@@ -497,10 +436,10 @@ class Shell:
                 try:
                     self._block(body.children)
                     status = self.status
-                except _LoopControl as control:
+                except LoopControl as control:
                     status = 0
                     if control.levels > 1:
-                        raise _LoopControl(control.kind, control.levels - 1) from None
+                        raise LoopControl(control.kind, control.levels - 1) from None
                     if control.kind == "break":
                         break
         finally:
@@ -528,10 +467,10 @@ class Shell:
             try:
                 self._block(body.children)
                 status = self.status
-            except _LoopControl as control:
+            except LoopControl as control:
                 status = 0
                 if control.levels > 1:
-                    raise _LoopControl(control.kind, control.levels - 1) from None
+                    raise LoopControl(control.kind, control.levels - 1) from None
                 if control.kind == "break":
                     return 0
             finally:
@@ -546,9 +485,7 @@ class Shell:
     def _do_test_command(self, node) -> Status:
         expression = list(node.named_children)
         if not text(node).startswith("[["):
-            from verl_rfpp.tools.reader import builtins
-
-            return builtins.BUILTINS["["](self, ["[", *self._test_words(node.children[1:-1]), "]"], node)
+                return builtins.BUILTINS["["](self, ["[", *self._test_words(node.children[1:-1]), "]"], node)
         if not expression:
             return 2
         truth = self._conditional(expression[0])
@@ -664,8 +601,6 @@ class Shell:
         if len(fields) > MAX_FIELDS:
             raise self.refuse(node, f"a command of over {MAX_FIELDS} words")
         name = fields[0]
-        from verl_rfpp.tools.reader import builtins
-
         if self.is_unknown(name):
             return self._external(fields, node, prefix)
         if name in self.state.functions or name in builtins.BUILTINS:
@@ -675,8 +610,6 @@ class Shell:
         return self._external(fields, node, prefix)
 
     def _internal(self, name: str, fields: list, node) -> Status:
-        from verl_rfpp.tools.reader import builtins
-
         if name in self.state.functions:
             return self._call(name, fields[1:], node)
         return builtins.BUILTINS[name](self, fields, node)
@@ -718,7 +651,7 @@ class Shell:
         self._loops = 0
         try:
             return self._statement(self.state.functions[name])
-        except _Return as stop:
+        except Return as stop:
             return stop.status
         finally:
             self._calls -= 1
@@ -809,7 +742,7 @@ class Shell:
 
     def _ifs(self) -> str:
         value = self.variables.get("IFS", words.DEFAULT_IFS)
-        return _scalar(value)
+        return scalar(value)
 
     def _one(self, node, pattern: bool = False, assignment: bool = False) -> str:
         """A word without splitting (assignment values, case subjects, [[ ]] operands)."""
@@ -883,7 +816,7 @@ class Shell:
             value = self.variables.get("HOME")
             if value is None:
                 raise self.refuse(node, "~ with HOME unset")
-            return _scalar(value)
+            return scalar(value)
 
         prefix = r"(?:^|(?<=:))" if assignment else r"^"
         if not start:
@@ -920,7 +853,7 @@ class Shell:
         if isinstance(value, _All):
             if quoted and value.joined:
                 ifs = self.variables.get("IFS", words.DEFAULT_IFS)
-                return [Piece(_scalar(ifs)[:1].join(value.items), False, False)]
+                return [Piece(scalar(ifs)[:1].join(value.items), False, False)]
             pieces: list = []
             for index, item in enumerate(value.items):
                 if index:
@@ -949,7 +882,7 @@ class Shell:
                 return self.positional[index - 1]
             return self._unset(name, strict)
         if name in self.variables:
-            return _scalar(self.variables[name])
+            return scalar(self.variables[name])
         if name == "LINENO":
             return str(line(name_node))
         if name == "PWD":
@@ -965,7 +898,7 @@ class Shell:
     def _unset(self, name: str, strict: bool) -> str:
         if strict and "nounset" in self.state.options:
             self.note(None, f"ends the script: {name} is unset under set -u (bash exits with status 1)")
-            raise _Exit(1)
+            raise Exit(1)
         return ""
 
     def _is_set(self, target) -> bool:
@@ -1064,7 +997,7 @@ class Shell:
             return self._value_pieces(value, quoted, node)
         if operator.endswith("?"):
             self.note(node, f"ends the script: {name} is unset or empty (bash exits with status 1)")
-            raise _Exit(1)
+            raise Exit(1)
         found = word()
         if operator.endswith("="):
             if target.type != "variable_name":
@@ -1202,7 +1135,7 @@ class Shell:
 
     def _lookup_name(self, name: str, node) -> str:
         if name in self.variables:
-            return _scalar(self.variables[name])
+            return scalar(self.variables[name])
         if name == "LINENO":
             return str(line(node))
         return self.unknown(node, f"${name}")
@@ -1388,11 +1321,6 @@ _FILE_TESTS = {"-f": os.path.isfile, "-d": os.path.isdir, "-e": os.path.exists, 
                "-s": lambda p: os.path.isfile(p) and os.path.getsize(p) > 0,
                "-x": lambda p: os.access(p, os.X_OK), "-r": lambda p: os.access(p, os.R_OK),
                "-w": lambda p: os.access(p, os.W_OK)}
-
-
-def _scalar(value) -> str:
-    """A variable's value as a word (an array's first element, as ``$a`` gives it)."""
-    return (value[0] if value else "") if isinstance(value, list) else value
 
 
 def _only_all(node) -> bool:
