@@ -46,7 +46,6 @@ if __package__ in (None, ""):  # run as a file: ``python tests/support/different
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from support import standins  # noqa: E402
-
 from verl_rfpp.contract import validation  # noqa: E402
 from verl_rfpp.tools import cli  # noqa: E402
 
@@ -83,7 +82,7 @@ class Verdict:
     rules: tuple[str, ...]
     status: Optional[int] = None
 
-    def same(self, other: "Verdict") -> bool:
+    def same(self, other: Verdict) -> bool:
         return (self.line, self.rules) == (other.line, other.rules)
 
     def __str__(self) -> str:
@@ -138,7 +137,7 @@ def corpus(include_verl: bool = True) -> list:
 class Differential:
     """The sandbox and the judge: ``with Differential() as judge: judge.run(script)``."""
 
-    def __enter__(self) -> "Differential":
+    def __enter__(self) -> Differential:
         self._directory = tempfile.TemporaryDirectory(prefix="verl-rfpp-differential-")
         self.root = Path(self._directory.name)
         self.tmp = self.root / "tmp"
