@@ -99,6 +99,7 @@ class Outcome:
     bash_runs: list = field(default_factory=list)
     bash_status: Optional[int] = None
     bash_note: str = ""
+    bash_errors: str = ""
     check_status: Optional[int] = None
     check_runs: list = field(default_factory=list)
     check_text: str = ""
@@ -114,6 +115,7 @@ class Outcome:
         if self.result == "MISMATCH" or verbose:
             lines.append(f"    bash (exit {self.bash_status}{self.bash_note}): {len(self.bash_runs)} run(s)")
             lines += [f"      {verdict}   <- {_short(argv)}" for argv, verdict in self.bash_runs]
+            lines += [f"      ! {line}" for line in self.bash_errors.splitlines()[:6] if verbose]
             lines.append(f"    check (exit {self.check_status}): {len(self.check_runs)} run(s)")
             lines += [f"      {verdict}" for verdict in self.check_runs]
             if verbose or not self.check_runs:
@@ -173,7 +175,7 @@ class Differential:
         outcome.check_status, text = self._check_script(path, script.arguments, environment, work)
         outcome.check_text = text.replace(f"{self.root / 'corpus'}/", "")
         outcome.check_runs = _check_runs(outcome.check_text)
-        calls, outcome.bash_status, outcome.bash_note = self._bash(path, script.arguments, environment, work)
+        calls, outcome.bash_status, outcome.bash_note, outcome.bash_errors = self._bash(path, script.arguments, environment, work)
         for call in calls:
             if call[0] == "main_ppo":
                 cwd, variables, argv = call[1], call[2:5], call[5:]
@@ -194,14 +196,14 @@ class Differential:
         try:
             _, errors = process.communicate(timeout=BASH_TIMEOUT)
         except subprocess.TimeoutExpired:
-            note = f", timed out after {BASH_TIMEOUT:g} s"
+            note, errors = f", timed out after {BASH_TIMEOUT:g} s", b""
         deadline = time.monotonic() + (0 if note else BASH_TIMEOUT)
         while _alive(process.pid) and time.monotonic() < deadline:  # children left running in the background
             time.sleep(0.01)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        return standins.read_records(self.records), process.returncode, note
+        return standins.read_records(self.records), process.returncode, note, errors.decode(errors="replace")
 
     def _check_script(self, path: Path, arguments: Sequence[str], environment: dict, work: Path) -> tuple:
         """``verl-rfpp check SCRIPT ARGS`` in this process, in the sandbox's environment and directory."""

@@ -5,7 +5,7 @@ bash that runs a script. Each records its name and argv; the interpreters (``pyt
 verl.trainer.main_ppo``, ``-mverl.trainer.main_ppo``, a path ending in ``verl/trainer/main_ppo.py``)
 with its argv, working directory and the three variables check judges a run's environment by, and
 never run anything; the launchers (``torchrun``, ``uv run``, ``ray job submit``, ``setsid``,
-``nohup``, ``timeout``, ``env``, ``xargs``, ``bash``) start the rest of their words as the launcher
+``nohup``, ``timeout``, ``env``, ``srun``, ``xargs``, ``bash``) start the rest of their words as the launcher
 would, looked up among the stand-ins only (never the system's ``PATH``, also after ``env -i``).
 Other programs print fixed outputs: the machine check assumes (docs/contract.md section 6.5), a
 Linux machine with eight NVIDIA H100 GPUs where ``python3 -c '...import torch_npu...'`` fails. Each
@@ -187,6 +187,20 @@ resolve "$1"; shift
 exec /usr/bin/env "${options[@]}" "$REPLY" "$@"
 """
 
+_SRUN = r"""
+record srun "$@"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --overlap|--exclusive|--pty|-l|--label|-u|--unbuffered|-Q|--quiet|-v|--verbose|-K|--kill-on-bad-exit) shift ;;
+    --*=*) shift ;;
+    --) shift; break ;;
+    -*) shift 2 ;;
+    *) break ;;
+  esac
+done
+launch "$@"
+"""
+
 _BASH = r"""
 record {name} "$@"
 exec {real} "$@"
@@ -232,7 +246,7 @@ _REAL_TOOLS = ("basename", "dirname", "cat", "grep", "egrep", "sed", "awk", "cut
                "tac", "rev", "echo", "printf", "paste", "fold", "od", "base64", "md5sum", "sha256sum", "stat", "du")
 # Programs whose effect is outside what a run's verdict reads (downloads, files, processes): recorded only.
 _SILENT_TOOLS = ("pip", "pip3", "wget", "curl", "huggingface-cli", "hf", "modelscope", "wandb", "conda", "mamba",
-                 "srun", "sbatch", "scontrol", "mkdir", "rm", "cp", "mv", "ln", "touch", "chmod", "chown", "sleep",
+                 "sbatch", "scontrol", "mkdir", "rm", "cp", "mv", "ln", "touch", "chmod", "chown", "sleep",
                  "pkill", "killall", "ps", "pgrep", "ssh", "scp", "rsync", "tar", "unzip", "ibstat", "ibv_devinfo",
                  "ip", "ifconfig", "df", "lscpu", "find", "mktemp", "sync", "module", "ninja", "clear", "npu-smi",
                  "rocm-smi", "ibdev2netdev", "docker", "apt", "apt-get", "sudo")
@@ -248,7 +262,7 @@ def install(folder: Path, records: Path) -> Path:
     records.mkdir(parents=True, exist_ok=True)
     preamble = _PREAMBLE.format(bin=_quote(bin_), records=_quote(records))
     programs = {name: _PYTHON for name in _PYTHONS}
-    programs.update(torchrun=_TORCHRUN, uv=_UV, ray=_RAY, setsid=_SETSID, nohup=_NOHUP, timeout=_TIMEOUT, env=_ENV,
+    programs.update(torchrun=_TORCHRUN, uv=_UV, ray=_RAY, setsid=_SETSID, nohup=_NOHUP, timeout=_TIMEOUT, env=_ENV, srun=_SRUN,
                     **{"nvidia-smi": _NVIDIA_SMI})
     programs.update(bash=_BASH.format(name="bash", real="/bin/bash"), sh=_BASH.format(name="sh", real="/bin/sh"))
     programs.update({name: f'\nrecord {name} "$@"\n{body}\n' for name, body in _FIXED.items()})
