@@ -15,19 +15,22 @@ arguments, split as the shell splits them) and verl's examples ``tests/tools/scr
 checked as a user switching them to our estimators checks them: with
 ``algorithm.adv_estimator=NAME``, our two names alternating in path order. Everything lives in one
 ``TemporaryDirectory`` (the scripts are copied there: nothing is written into the repository);
-check's own log files go there too.
+check's own log files go there too. Hydra's composition of a run's overrides is made once and
+copied for each later run with the same overrides (it is most of the time a check takes).
 
 Command line (the worktree's root on ``PYTHONPATH``)::
 
     python tests/support/differential.py [-v] [SCRIPT...]
 
 prints one line per script (agree / exit 2 / MISMATCH, with bash's runs against check's when they
-differ) and the totals; exit 1 when anything mismatched."""
+differ; a Fix: command check printed that bash, run with it, does not turn into accepted runs) and
+the totals; exit 1 when anything mismatched."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import os
 import re
@@ -46,6 +49,7 @@ if __package__ in (None, ""):  # run as a file: ``python tests/support/different
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from support import standins  # noqa: E402
+from verl_rfpp.adapter import compose  # noqa: E402
 from verl_rfpp.contract import validation  # noqa: E402
 from verl_rfpp.tools import cli  # noqa: E402
 
@@ -106,12 +110,15 @@ class Outcome:
     result: str = ""
     reason: str = ""
     seconds: float = 0.0
+    fix: Optional[str] = None  # check's Fix: command run by bash: "ok" (every run accepted) or what it gave
 
     def report(self, verbose: bool = False) -> str:
         head = f"{self.result:8} {self.script.name}" + (f" ({self.seconds:.2f} s)" if verbose else "")
-        if self.result == "agree" and not verbose:
+        if self.result == "agree" and self.fix in (None, "ok") and not verbose:
             return head
         lines = [head + (f": {self.reason}" if self.reason else "")]
+        if self.fix not in (None, "ok"):
+            lines.append(f"    Fix: does not fix: {self.fix[:300]}")
         if self.result == "MISMATCH" or verbose:
             lines.append(f"    bash (exit {self.bash_status}{self.bash_note}): {len(self.bash_runs)} run(s)")
             lines += [f"      {verdict}   <- {_short(argv)}" for argv, verdict in self.bash_runs]
@@ -150,6 +157,8 @@ class Differential:
             shutil.copytree(source, self.root / "corpus" / source.name)
         self._saved_tempdir = tempfile.tempdir
         tempfile.tempdir = str(self.tmp)  # check's log files: into the sandbox, removed with it
+        self._compose = compose.compose_verl_config
+        compose.compose_verl_config = _memoized(self._compose)
         self._verdicts: dict = {}
         self._count = 0
         # verl imported once, unbounded in time (the bound of each check is for the reading)
@@ -160,6 +169,7 @@ class Differential:
 
     def __exit__(self, *exc) -> None:
         tempfile.tempdir = self._saved_tempdir
+        compose.compose_verl_config = self._compose
         self._directory.cleanup()
 
     def run(self, script: Script) -> Outcome:
@@ -175,11 +185,20 @@ class Differential:
         outcome.check_status, text = self._check_script(path, script.arguments, environment, work)
         outcome.check_text = text.replace(f"{self.root / 'corpus'}/", "")
         outcome.check_runs = _check_runs(outcome.check_text)
-        calls, outcome.bash_status, outcome.bash_note, outcome.bash_errors = self._bash(path, script.arguments, environment, work)
+        calls, outcome.bash_status, outcome.bash_note, outcome.bash_errors = self._bash(
+            path, script.arguments, environment, work)
         for call in calls:
             if call[0] == "main_ppo":
                 cwd, variables, argv = call[1], call[2:5], call[5:]
                 outcome.bash_runs.append((argv, self._judge(argv, cwd, variables)))
+        fix = next((line[len("Fix: bash "):] for line in text.splitlines() if line.startswith("Fix: bash ")), None)
+        if outcome.check_status == 1 and fix is not None:
+            fixed = shlex.split(fix)[1:]
+            calls, status, note, _ = self._bash(path, fixed, environment, work)
+            runs = [self._judge(call[5:], call[1], call[2:5]) for call in calls if call[0] == "main_ppo"]
+            outcome.fix = "ok" if runs and all(run.status == 0 for run in runs) else (
+                f"bash {shlex.join(fixed)}: exit {status}{note}, "
+                + (", ".join(f"run {k}: {run}" for k, run in enumerate(runs, 1)) or "no main_ppo run"))
         shutil.rmtree(place)
         outcome.seconds = time.monotonic() - start
         _compare(outcome)
@@ -232,6 +251,26 @@ class Differential:
             verdict = _verdict(text.splitlines())
             self._verdicts[key] = Verdict(verdict.line, verdict.rules, status)
         return self._verdicts[key]
+
+
+def _memoized(compose_verl_config):
+    """Hydra's composition, once per (overrides, config path, config name): a copy of the config
+    it gave, or the error it raised (half a second of CPU a composition; most runs repeat)."""
+    cache: dict = {}
+
+    def composing(overrides, config_path=None, config_name=None):
+        key = (tuple(overrides), config_path, config_name)
+        if key not in cache:
+            try:
+                cache[key] = (True, compose_verl_config(overrides, config_path, config_name))
+            except Exception as error:  # noqa: BLE001 (what check makes of it is check's business)
+                cache[key] = (False, error)
+        ok, value = cache[key]
+        if not ok:
+            raise value
+        return copy.deepcopy(value)
+
+    return composing
 
 
 def _venv(home: Path, bin_: Path) -> None:
@@ -381,8 +420,10 @@ def run_all(scripts: Sequence[Script], progress=None) -> list:
 
 def totals(outcomes: Sequence[Outcome]) -> str:
     counts = {result: sum(o.result == result for o in outcomes) for result in ("agree", "exit 2", "MISMATCH")}
+    fixes = [o.fix for o in outcomes if o.fix is not None]
     return (f"{len(outcomes)} scripts: {counts['agree']} agree, {counts['exit 2']} exit 2, "
-            f"{counts['MISMATCH']} mismatch")
+            f"{counts['MISMATCH']} mismatch; Fix: bash commands: {len(fixes)}, "
+            f"{fixes.count('ok')} give only accepted runs under bash")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -395,9 +436,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.scripts:
         wanted = {Path(p).resolve() for p in args.scripts}
         scripts = [s for s in scripts if s.path.resolve() in wanted]
-    start = time.monotonic()
+    start, cpu = time.monotonic(), time.process_time()
     outcomes = run_all(scripts, progress=lambda outcome: print(outcome.report(args.verbose), flush=True))
-    print(f"{totals(outcomes)} ({time.monotonic() - start:.0f} s)")
+    print(f"{totals(outcomes)} ({time.monotonic() - start:.0f} s, {time.process_time() - cpu:.0f} s of CPU in this "
+          "process)")
     return 1 if any(o.result == "MISMATCH" for o in outcomes) else 0
 
 

@@ -262,8 +262,8 @@ def install(folder: Path, records: Path) -> Path:
     records.mkdir(parents=True, exist_ok=True)
     preamble = _PREAMBLE.format(bin=_quote(bin_), records=_quote(records))
     programs = {name: _PYTHON for name in _PYTHONS}
-    programs.update(torchrun=_TORCHRUN, uv=_UV, ray=_RAY, setsid=_SETSID, nohup=_NOHUP, timeout=_TIMEOUT, env=_ENV, srun=_SRUN,
-                    **{"nvidia-smi": _NVIDIA_SMI})
+    programs.update(torchrun=_TORCHRUN, uv=_UV, ray=_RAY, setsid=_SETSID, nohup=_NOHUP, timeout=_TIMEOUT, env=_ENV,
+                    srun=_SRUN, **{"nvidia-smi": _NVIDIA_SMI})
     programs.update(bash=_BASH.format(name="bash", real="/bin/bash"), sh=_BASH.format(name="sh", real="/bin/sh"))
     programs.update({name: f'\nrecord {name} "$@"\n{body}\n' for name, body in _FIXED.items()})
     programs.update({name: _SILENT.format(name=name) for name in _SILENT_TOOLS})
