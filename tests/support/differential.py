@@ -445,7 +445,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start, cpu, children = time.monotonic(), time.process_time(), _children_cpu()
     outcomes = run_all(scripts, progress=lambda outcome: print(outcome.report(args.verbose), flush=True))
     print(f"{totals(outcomes)} ({time.monotonic() - start:.0f} s; CPU: {time.process_time() - cpu:.0f} s in this "
-          f"process, {_children_cpu() - children:.0f} s in bash and the stand-ins)")
+          f"process, {_children_cpu() - children:.0f} s in its children: bash, the stand-ins, child pythons)")
     return 1 if any(o.result == "MISMATCH" for o in outcomes) else 0
 
 
