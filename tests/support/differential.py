@@ -246,7 +246,7 @@ class Differential:
         key = (tuple(overrides), tuple(sorted(changed.items())), cwd if changed else "")
         if key not in self._verdicts:
             if changed:
-                status, text = _child_check(overrides, changed, cwd)
+                status, text = _child_check(overrides, changed, cwd, self.tmp)
             else:
                 status, text = _main(["check", *overrides], CHECK_TIMEOUT)
             verdict = _verdict(text.splitlines())
@@ -341,7 +341,7 @@ def _main(arguments: Sequence[str], timeout: Optional[int]) -> tuple:
     return status, out.getvalue()
 
 
-def _child_check(overrides: Sequence[str], changed: dict, cwd: str) -> tuple:
+def _child_check(overrides: Sequence[str], changed: dict, cwd: str, tmp: Path) -> tuple:
     """check's overrides mode in a child process with the run's ``VERL_USE_EXTERNAL_*``/``PYTHONPATH``
     (verl reads them when it is imported; this process has imported it already)."""
     environment = dict(os.environ)
@@ -352,6 +352,7 @@ def _child_check(overrides: Sequence[str], changed: dict, cwd: str) -> tuple:
         else:
             environment[key] = value
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (changed.get("PYTHONPATH"), ours) if p)
+    environment["TMPDIR"] = str(tmp)  # its log file: in the sandbox
     result = subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", "check", *overrides], cwd=cwd,
                             env=environment, capture_output=True, text=True, timeout=300)
     return result.returncode, result.stdout
