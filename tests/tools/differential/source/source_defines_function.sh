@@ -1,0 +1,2 @@
+source "$(dirname "$0")/lib/defines.bash"
+train 1
