@@ -812,7 +812,7 @@ class Shell:
         assignment) are $HOME; ``~user``, ``~+``, ``~-`` are refused."""
         def home(match) -> str:
             if match.group(1):
-                raise self.refuse(node, f"check does not model ~{match.group(1)}")
+                return self._user_home(match.group(1), node)
             value = self.variables.get("HOME")
             if value is None:
                 raise self.refuse(node, "~ with HOME unset")
@@ -824,6 +824,22 @@ class Shell:
                 return written
             prefix = r"(?<=:)"
         return re.sub(prefix + r"~([^/:]*)(?=/|:|$)" if assignment else prefix + r"~([^/]*)(?=/|$)", home, written)
+
+    def _user_home(self, name: str, node) -> str:
+        """``~name``: that user's home on this machine (said so); unchanged when there is no such
+        user, as bash leaves it (Hydra's ``~key`` removals among them)."""
+        if name in ("+", "-") or name.startswith(("+", "-")):
+            raise self.refuse(node, f"check does not model ~{name}")
+        import pwd
+
+        try:
+            found = pwd.getpwnam(name).pw_dir
+        except (KeyError, ValueError):
+            self.note(node, f"keeps ~{name} as written: this machine has no user {name} (nor, it is assumed, "
+                            "the run's)")
+            return f"~{name}"
+        self.note(node, f"is {found}, user {name}'s home on this machine (assumed the run's too)")
+        return found
 
     def _string(self, node) -> list:
         data = node.text
