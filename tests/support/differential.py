@@ -59,6 +59,8 @@ CORPUS = TESTS / "tools" / "differential"
 VERL_EXAMPLES = TESTS / "tools" / "scripts" / "verl"
 ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 BASH_TIMEOUT = 10.0
+UNKNOWN_VALUE_ASSUMED = "it is the value of a key no rule reads"
+"""check's ``assumed:`` line for an unknown value it judged (docs/contract.md section 6.5)."""
 ASSUMED_SUCCESS = "() { return 0; }"
 """bash's handler of a program it cannot find: one check does not know succeeds with no output, as
 check assumes where it decides what runs (an unknown command before ``&&``, under ``set -e``:
@@ -400,8 +402,12 @@ def _compare(outcome: Outcome) -> None:
     elif len(bash) != len(check):
         outcome.reason = f"bash started {len(bash)} run(s), check reads {len(check)}"
     elif not all(b.same(c) for b, c in zip(bash, check, strict=True)):
-        which = [str(k) for k, (b, c) in enumerate(zip(bash, check, strict=True), 1) if not b.same(c)]
-        outcome.reason = f"another verdict for run(s) {', '.join(which)}"
+        which = [k for k, (b, c) in enumerate(zip(bash, check, strict=True), 1) if not b.same(c)]
+        outcome.reason = f"another verdict for run(s) {', '.join(map(str, which))}"
+        if UNKNOWN_VALUE_ASSUMED in outcome.check_text and all(bash[k - 1].status == 3 for k in which):
+            outcome.result = "assumed"
+            outcome.reason += (": check assumed an unknown value Hydra reads (said in an assumed: line); bash's "
+                               "value here is one Hydra's grammar refuses")
     elif outcome.check_status != max((b.status for b in bash), key=_WORST_LAST.index):
         outcome.reason = f"the same verdicts, but check exits {outcome.check_status}"
     else:
@@ -427,11 +433,12 @@ def run_all(scripts: Sequence[Script], progress=None) -> list:
 
 
 def totals(outcomes: Sequence[Outcome]) -> str:
-    counts = {result: sum(o.result == result for o in outcomes) for result in ("agree", "exit 2", "MISMATCH")}
+    counts = {result: sum(o.result == result for o in outcomes) for result in ("agree", "exit 2", "assumed",
+                                                                                "MISMATCH")}
     fixes = [o.fix for o in outcomes if o.fix is not None]
-    return (f"{len(outcomes)} scripts: {counts['agree']} agree, {counts['exit 2']} exit 2, "
-            f"{counts['MISMATCH']} mismatch; Fix: bash commands: {len(fixes)}, "
-            f"{fixes.count('ok')} give only accepted runs under bash")
+    return (f"{len(outcomes)} scripts: {counts['agree']} agree, {counts['exit 2']} exit 2, {counts['assumed']} "
+            f"differ only where check's assumed: line says so, {counts['MISMATCH']} mismatch; "
+            f"Fix: bash commands: {len(fixes)}, {fixes.count('ok')} give only accepted runs under bash")
 
 
 def _children_cpu() -> float:

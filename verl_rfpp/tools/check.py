@@ -149,7 +149,7 @@ def _check_launch(launch, reading, script: str, shown: tuple) -> int:
             return 2
         for line, construct in unknowns:
             print(f"assumed: {script}:{line}: `{construct}` is not known without running it; it is the value of "
-                  "a key no rule reads")
+                  "a key no rule reads, one Hydra's override grammar reads")
     print("\n".join(lines))
     return status
 
