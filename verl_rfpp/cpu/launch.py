@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from verl_rfpp.contract import validation
-from verl_rfpp.cpu import assets, trace
+from verl_rfpp.cpu import assets, guard, trace
 from verl_rfpp.errors import RfppError
 from verl_rfpp.tools import cluster
 
@@ -24,6 +24,7 @@ METRICS = "metrics.jsonl"  # every step's metrics that the seed decides, one JSO
 TIMING = "timing.jsonl"  # every step's metrics that the clock or the machine decides
 VERL_METRICS = "verl-metrics.jsonl"  # verl's ``file`` logger: one run's lines, before the split
 CHECKPOINTS = "checkpoints"  # trainer.default_local_dir
+GUARD_LOG = "guard.log"  # when the launcher ended and what of the run was killed then (``guard``)
 
 GRPO = "grpo"
 SAMPLES = 4  # responses per prompt
@@ -328,14 +329,21 @@ def write_metrics(out_dir: Path, resumed: bool = False) -> dict[int, dict]:
     """Split verl's ``file`` logger output (``VERL_METRICS``, this run's steps) into ``METRICS``
     (what the seed decides) and ``TIMING`` (``is_clock_metric``), one line ``{"step": N, ...}``
     per step, keys sorted, floats at full precision (JSON's shortest round trip). A resumed run
-    keeps the lines of the earlier run before its own first step. Returns METRICS' lines by step."""
+    keeps the lines of the earlier run before its own first step (those of a killed run too:
+    ``_run`` splits its ``VERL_METRICS`` before the resumed trainer starts; a line cut short by
+    the kill is left out). Returns METRICS' lines by step."""
     raw = out_dir / VERL_METRICS
     if not raw.exists():
         return {}
     steps = {}
     for line in raw.read_text().splitlines():
-        record = json.loads(line)
+        try:
+            record = json.loads(line)
+        except ValueError:  # the last line of a run killed while verl wrote it
+            continue
         steps[int(record["step"])] = record["data"]
+    if resumed and not steps:  # a resumed run killed before its first step: the earlier lines stay
+        return {}
     result = {}
     for name, keep in ((METRICS, lambda key: not is_clock_metric(key)), (TIMING, is_clock_metric)):
         path = out_dir / name
@@ -397,26 +405,35 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
     One node: verl starts its Ray with ``RAY_TMPDIR`` a temporary directory of the run's own.
     ``nodes > 1``: on a ``cluster.LocalCluster`` of that many nodes (one rank each, ``node_env[i]``
     added to node ``i``'s environment), started before verl and stopped after it, whatever happens.
-    Every step's metrics end in ``out_dir/metrics.jsonl`` and ``timing.jsonl`` (``write_metrics``)."""
-    if nodes == 1:
-        # Ray's files (its sessions, the address file `ray status` and `auto` read) go to a directory of the
-        # run's own, removed after it, not to the machine's shared /tmp/ray (under /tmp: Ray's socket paths are short)
-        with tempfile.TemporaryDirectory(prefix="rfpp-ray-", dir="/tmp", ignore_cleanup_errors=True) as ray_tmp:
-            os.makedirs(os.path.join(ray_tmp, "ray"))
-            return _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir,
-                        multi_turn, on_step, extra_overrides=extra_overrides,
-                        extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})}, save_every=save_every,
-                        resume=resume)
-    env = trainer_environment(Path(out_dir).resolve(), ours)
-    changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
-    with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed, node_env=node_env) as ray_cluster:
-        result = _run(estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers, assets_dir,
-                      multi_turn, on_step, nodes, ray_cluster.address, extra_overrides, extra_env, save_every, resume)
-        result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
-    return result
+    Every step's metrics end in ``out_dir/metrics.jsonl`` and ``timing.jsonl`` (``write_metrics``).
+    Nothing of the run outlives the calling process (``guard``: killed, however it ends; its line
+    in ``out_dir/guard.log``)."""
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with guard.Guard(out_dir / GUARD_LOG) as watch:
+        if nodes == 1:
+            # Ray's files (its sessions, the address file `ray status` and `auto` read) go to a directory of
+            # the run's own, removed after it, not to the machine's shared /tmp/ray (under /tmp: Ray's socket
+            # paths are short)
+            with tempfile.TemporaryDirectory(prefix="rfpp-ray-", dir="/tmp", ignore_cleanup_errors=True) as ray_tmp:
+                os.makedirs(os.path.join(ray_tmp, "ray"))
+                return _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers,
+                            assets_dir, multi_turn, on_step, extra_overrides=extra_overrides,
+                            extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})}, save_every=save_every,
+                            resume=resume)
+        env = trainer_environment(Path(out_dir).resolve(), ours)
+        changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
+        with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed, node_env=node_env) as ray_cluster:
+            for pid in ray_cluster.processes():
+                watch.pid(pid)
+            result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers,
+                          assets_dir, multi_turn, on_step, nodes, ray_cluster.address, extra_overrides, extra_env,
+                          save_every, resume)
+            result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
+        return result
 
 
-def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
+def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
          on_step, nodes=1, address=None, extra_overrides=(), extra_env=None, save_every=None, resume=False
          ) -> RunResult:
     out_dir = Path(out_dir).resolve()
@@ -424,12 +441,15 @@ def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, lo
                         nodes, address, extra_overrides, extra_env, save_every, resume)
     trace_path = Path(env[trace.TRACE_ENV])
     trace_path.unlink(missing_ok=True)
+    if resume:  # the steps of a run killed before it split its metrics (write_metrics) are kept
+        write_metrics(out_dir, resumed=True)
     Path(env["VERL_FILE_LOGGER_PATH"]).unlink(missing_ok=True)
     result = RunResult(returncode=-1, log_path=out_dir / "verl.log")
     started = time.monotonic()
     # A session of its own, so a timeout also kills the Ray processes the trainer started.
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                cwd=out_dir, bufsize=1, start_new_session=True)
+    watch.session(process.pid)
     # The watchdog fires even when a hung trainer prints nothing (a deadline checked per line would not).
     def kill() -> None:
         result.timed_out = True
