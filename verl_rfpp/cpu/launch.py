@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -81,10 +82,13 @@ REPLACED_FOR_CPU = ("actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor
                     "trainer.logger", "trainer.save_freq", "trainer.test_freq")
 
 
+TRACKER = "latest_checkpointed_iteration.txt"  # verl writes it after a checkpoint's every file
+
+
 def saved_step(out_dir: Path) -> Optional[int]:
     """The step of the latest checkpoint verl saved in ``out_dir/checkpoints`` (its tracker file,
-    ``latest_checkpointed_iteration.txt``), or ``None`` when there is none."""
-    tracker = Path(out_dir) / CHECKPOINTS / "latest_checkpointed_iteration.txt"
+    ``TRACKER``), or ``None`` when there is none."""
+    tracker = Path(out_dir) / CHECKPOINTS / TRACKER
     try:
         return int(tracker.read_text().strip())
     except (OSError, ValueError):
@@ -102,11 +106,18 @@ def write_run_settings(out_dir: Path, settings: dict) -> None:
 
 def resume_problem(out_dir: Path, steps: int, settings: dict) -> Optional[str]:
     """Why a run of ``steps`` steps with ``settings`` cannot resume from ``out_dir``, or ``None``:
-    no checkpoint (verl itself would silently train from scratch), none before ``steps``, or one
+    no checkpoint (verl itself would silently train from scratch), none before ``steps``, one
     saved by a run with other settings (verl would continue it as another run: a different seed,
-    estimator or world size)."""
+    estimator or world size), a tracker cut short, or a tracker naming a folder without the actor
+    or the data loader's state. A half-written ``global_step_N`` (a run killed while it saved) is
+    never loaded: verl writes the tracker after the checkpoint's last file, so it still names the
+    previous one."""
     checkpoints = Path(out_dir) / CHECKPOINTS
     step = saved_step(out_dir)
+    tracker = checkpoints / TRACKER
+    if step is None and tracker.exists():
+        return (f"verl's tracker {tracker} names no step (a run killed while verl wrote it): verl would stop on "
+                "it; write into it the N of the newest global_step_N folder that holds data.pt, or run afresh")
     if step is None:
         return (f"--resume continues from a checkpoint in {checkpoints}, and there is none; "
                 "run with --save-every N first (same --out)")
@@ -123,6 +134,11 @@ def resume_problem(out_dir: Path, steps: int, settings: dict) -> Optional[str]:
         given = ", ".join(f"{name} {saved.get(name)}" for name in differ)
         return (f"the checkpoint in {checkpoints} was saved by a run with {given}; resume it with the same options "
                 f"(this run has {', '.join(f'{name} {settings[name]}' for name in differ)})")
+    folder = checkpoints / f"global_step_{step}"
+    missing = [name for name in ("actor", "data.pt") if not (folder / name).exists()]
+    if missing:
+        return (f"verl's tracker {tracker} names step {step}, but {folder} lacks {' and '.join(missing)}: verl would "
+                "train from scratch, or from a partial checkpoint, without saying so; run afresh without --resume")
     return None
 
 
@@ -359,6 +375,24 @@ def write_metrics(out_dir: Path, resumed: bool = False) -> dict[int, dict]:
     return result
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal the kernel sends a process when its parent ends
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _die_with(parent: int) -> Optional[Callable[[], None]]:
+    """Run in the trainer before verl starts: the kernel kills it (SIGKILL) the moment the launcher
+    (``parent``) ends, however it ends (Linux's ``PR_SET_PDEATHSIG``), so verl's driver cannot
+    record another checkpoint; ``guard`` kills the rest of the run. ``None`` off Linux."""
+    if _LIBC is None:
+        return None
+
+    def arm() -> None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the launcher ended before the call
+            os._exit(1)
+    return arm
+
+
 @dataclass
 class RunResult:
     """What one CPU run of verl showed: exit code, per-step metrics, the trace, the driver pid."""
@@ -446,9 +480,9 @@ def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, o
     Path(env["VERL_FILE_LOGGER_PATH"]).unlink(missing_ok=True)
     result = RunResult(returncode=-1, log_path=out_dir / "verl.log")
     started = time.monotonic()
-    # A session of its own, so a timeout also kills the Ray processes the trainer started.
+    # A session of its own: the guard kills it (and what it started elsewhere) when this process ends.
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               cwd=out_dir, bufsize=1, start_new_session=True)
+                               cwd=out_dir, bufsize=1, start_new_session=True, preexec_fn=_die_with(os.getpid()))
     watch.session(process.pid)
     # The watchdog fires even when a hung trainer prints nothing (a deadline checked per line would not).
     def kill() -> None:

@@ -447,9 +447,17 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     trained = args.steps - (launch.saved_step(out) or 0) if args.resume else args.steps  # this run's steps
     if args.save_every:
         launch.write_run_settings(out, settings)
-    result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
-                        ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
-                        nodes=args.nodes, save_every=args.save_every, resume=args.resume)
+    try:
+        result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
+                            ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
+                            nodes=args.nodes, save_every=args.save_every, resume=args.resume)
+    except OSError as error:  # --out became unwritable (read-only, full) while the run wrote its files
+        print(f"verl-rfpp demo: could not write the run's files in {out}: {error}", flush=True)
+        return False
+    unsaved = demo.checkpoint_failure(result, out)
+    if unsaved:
+        print(f"verl-rfpp demo: {unsaved}", flush=True)
+        return False
     verdict = demo.judge(args.estimator, result, trained, args.ranks)
     if args.nodes > 1:
         demo.judge_nodes(result, args.nodes, verdict)
@@ -463,7 +471,8 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     else:
         hint = ("The run's files (verl's log, the run trace) were in a temporary folder, now removed: "
                 "--out DIR keeps them")
-    print(demo.summary(args.estimator, result, verdict, trained, args.ranks, args.legacy, hint))
+    print(demo.summary(args.estimator, result, verdict, trained, args.ranks, args.legacy, hint,
+                       files_kept=bool(args.out or verdict.problems)))
     return verdict.passed
 
 
