@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import io
 import os
 import shutil
@@ -410,6 +411,9 @@ def _demo(args: argparse.Namespace) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # an --out the demo cannot write
+
+
 def _run_settings(args: argparse.Namespace) -> dict:
     """The demo's options that decide its run (what a resumed run must share with the one that saved)."""
     return {"--estimator": args.estimator, "--legacy": args.legacy, "--ranks": args.ranks, "--nodes": args.nodes,
@@ -452,6 +456,8 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
                             ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
                             nodes=args.nodes, save_every=args.save_every, resume=args.resume)
     except OSError as error:  # --out became unwritable (read-only, full) while the run wrote its files
+        if error.errno not in UNWRITABLE:
+            raise
         print(f"verl-rfpp demo: could not write the run's files in {out}: {error}", flush=True)
         return False
     unsaved = demo.checkpoint_failure(result, out)
