@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -208,6 +209,39 @@ def test_a_crashed_demo_names_the_decisive_error(log, error):
     assert verdict.problems[0] == f"verl's trainer exited with code 1: {error}"
     assert demo.summary("reinforce_plus_plus_baseline", crashed, verdict, 3, 2, False).splitlines()[-1].startswith(
         f"FAIL: verl's trainer exited with code 1: {error}")
+
+
+def test_closing_lines_name_no_file_of_a_folder_the_demo_removes():
+    """Without --out (and on a PASS) the demo removes its folder: no closing line names a file in it."""
+    run = _result()
+    run.log_path = Path("/tmp/verl-rfpp-demo-x/verl.log")
+    run.digests = {3: "ab" * 32}
+    good = demo.judge("reinforce_plus_plus_baseline", run, 3, 2)
+    kept = demo.summary("reinforce_plus_plus_baseline", run, good, 3, 2, False)
+    assert "Every step's metrics: /tmp/verl-rfpp-demo-x/metrics.jsonl." in kept
+    removed = demo.summary("reinforce_plus_plus_baseline", run, good, 3, 2, False, files_kept=False)
+    assert "/tmp/verl-rfpp-demo-x" not in removed and f"sha256 {'ab' * 32}" in removed
+
+
+def test_a_failed_checkpoint_write_is_one_line_naming_the_intact_checkpoint(tmp_path):
+    """A run stopped by a checkpoint verl could not write (its decisive error names a path under
+    ``checkpoints/``: a read-only or full folder) is told in one line with the checkpoint that
+    stays; any other failure is not."""
+    (tmp_path / launch.CHECKPOINTS).mkdir()
+    (tmp_path / launch.CHECKPOINTS / launch.TRACKER).write_text("1")
+    failed = _result()
+    failed.returncode = 1
+    target = tmp_path / launch.CHECKPOINTS / "global_step_2" / "actor"
+    failed.log = ["(TaskRunner pid=7) Traceback (most recent call last):\n",
+                  f"(TaskRunner pid=7) PermissionError: [Errno 13] Permission denied: '{target}'\n"]
+    line = demo.checkpoint_failure(failed, tmp_path)
+    folder = tmp_path / launch.CHECKPOINTS
+    assert line == (f"verl could not write a checkpoint in {folder} (PermissionError: [Errno 13] Permission denied: "
+                    f"'{target}'); the checkpoint of step 1 is intact: make {folder} writable and continue with "
+                    f"--resume --out {tmp_path}")
+    failed.log = ["(TaskRunner pid=7) KeyError: 'actor_rollout_ref'\n"]
+    assert demo.checkpoint_failure(failed, tmp_path) is None
+    assert demo.checkpoint_failure(_result(), tmp_path) is None
 
 
 def test_a_run_on_its_own_ray_passes_no_address_of_the_users(tmp_path, monkeypatch):

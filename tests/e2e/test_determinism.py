@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import io
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from hypothesis import given, settings
@@ -255,6 +262,40 @@ def test_demo_resume_of_another_run_is_refused_in_one_line(tmp_path, capsys):
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
+def _checkpoint(out: Path, step: int, complete: bool = True) -> None:
+    folder = out / launch.CHECKPOINTS / f"global_step_{step}"
+    (folder / "actor").mkdir(parents=True)
+    (folder / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"\0" * 8)
+    if complete:
+        (folder / "data.pt").write_bytes(b"\0" * 8)
+
+
+def test_a_half_written_checkpoint_is_never_loaded(tmp_path, capsys):
+    """verl writes its tracker after a checkpoint's last file (``data.pt``; read off verl's
+    source), so a run killed while saving step 2 leaves the tracker at 1 and the resume starts
+    from 1 (the kill matrix, benchmarks/faults.py, resumes such runs to the uninterrupted digest).
+    A tracker cut short, or one naming a folder without the actor or ``data.pt``, is refused in one
+    line naming it: verl would stop on the first and silently train from scratch on the second."""
+    save = (Path(importlib.util.find_spec("verl").origin).parent / "trainer" / "ppo" / "v1" / "trainer_base.py")
+    source = save.read_text().split("def _save_checkpoint", 1)[1].split("\n    def ", 1)[0]
+    assert source.index('"data.pt"') < source.index('"latest_checkpointed_iteration.txt"') < source.index(
+        'f.write(str(self.global_steps))')
+    settings = {"--estimator": ESTIMATOR, "--legacy": False, "--ranks": 1, "--nodes": 1, "--seed": 0,
+                "--multi-turn": False}
+    launch.write_run_settings(tmp_path, settings)
+    _checkpoint(tmp_path, 1)
+    _checkpoint(tmp_path, 2, complete=False)  # killed while saving step 2
+    tracker = tmp_path / launch.CHECKPOINTS / launch.TRACKER
+    tracker.write_text("1")
+    assert launch.resume_problem(tmp_path, 4, settings) is None and launch.saved_step(tmp_path) == 1
+    for text, expected in (("", f"verl's tracker {tracker} names no step"),
+                           ("2", f"names step 2, but {tmp_path / launch.CHECKPOINTS / 'global_step_2'} lacks data.pt")):
+        tracker.write_text(text)
+        assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
+        out = capsys.readouterr().out.strip()
+        assert expected in out and "\n" not in out, out
+
+
 def test_save_and_resume_reach_verl_s_trainer_options(tmp_path):
     paths = {"train": "t", "test": "v", "model": "m"}
     plain = launch.trainer_overrides(ESTIMATOR, paths, 4, False, tmp_path)
@@ -286,12 +327,71 @@ def _demo(arguments: list[str], out: Path) -> DemoRun:
     return DemoRun(printed.getvalue(), code, digests, (out / launch.METRICS).read_text().splitlines())
 
 
+KILL_BOUND_S = 10.0  # SIGKILL of the demo's process group -> no process of its run alive (measured: 0.2-2 s)
+
+
+@dataclass
+class KilledRun:
+    """A ``verl-rfpp demo`` killed with SIGKILL: what it printed, the digests and verl's metrics
+    lines of its steps (its trace, ``verl-metrics.jsonl``), the processes of its run alive at the
+    kill and those still alive ``KILL_BOUND_S`` later, the checkpoint verl's tracker named at the
+    kill and after, and the files under ``checkpoints/`` changed after the kill."""
+
+    directory: Path
+    out: str
+    digests: dict
+    metrics: dict
+    alive_at_kill: list
+    left: list
+    tracker: tuple
+    written_after: list
+
+
+def _run_processes(out: Path) -> list[psutil.Process]:
+    """The live processes whose environment names ``out``'s trace file: the trainer, the Ray
+    processes it started, its workers and servers (they inherit the trainer's environment)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("VERL_RFPP_TRACE") == str(out / "trace.txt") and \
+                    process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _kill_demo(arguments: list[str], out: Path, ready) -> KilledRun:
+    """``verl-rfpp demo ARGUMENTS --out OUT`` in a process group of its own, killed with SIGKILL
+    (the group: the launcher; the trainer runs in a session of its own) once ``ready()``."""
+    printed = out.parent / f"{out.name}.out"
+    with open(printed, "w") as stdout:
+        demo = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "demo", *arguments, "--out", str(out)],
+                                stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 900
+        while not ready() and demo.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert demo.poll() is None, printed.read_text()
+        alive = _run_processes(out)
+        at_kill, killed_at = launch.saved_step(out), time.time()
+        os.killpg(demo.pid, signal.SIGKILL)
+        demo.wait()
+    gone, left = psutil.wait_procs(alive, timeout=KILL_BOUND_S)
+    written_after = [str(path) for path in (out / launch.CHECKPOINTS).rglob("*") if path.stat().st_mtime > killed_at]
+    lines = [json.loads(line) for line in (out / launch.VERL_METRICS).read_text().splitlines()]
+    metrics = {line["step"]: {"step": line["step"], **{key: line["data"][key] for key in sorted(line["data"])
+                                                        if not launch.is_clock_metric(key)}} for line in lines}
+    digests = launch.weight_digests((out / "trace.txt").read_text().splitlines())
+    return KilledRun(out, printed.read_text(), digests, metrics, alive, left, (at_kill, launch.saved_step(out)),
+                     written_after)
+
+
 @pytest.fixture(scope="module")
 def one_rank_runs(tmp_path_factory):
     """verl's v1 trainer on 1 rank, REINFORCE++-baseline with the k2 loss, seed 0: ``straight``
-    (``launch.run``) to step 4; ``first``: ``verl-rfpp demo --steps 2 --save-every 2``, then
-    ``resumed``: ``verl-rfpp demo --steps 4 --resume`` in the same directory; ``other``: seed 1,
-    1 step."""
+    (``launch.run``) to step 4; ``killed``: ``verl-rfpp demo --steps 4 --save-every 2`` killed
+    with SIGKILL once it logged step 2 (its checkpoint saved; step 3 under way), then ``resumed``:
+    ``verl-rfpp demo --steps 4 --resume`` in the same directory; ``other``: seed 1, 1 step."""
     def run(name, steps, **options):
         out = tmp_path_factory.mktemp(name)
         result = launch.run(ESTIMATOR, out, steps=steps, echo=False, timeout=900, **options)
@@ -300,28 +400,43 @@ def one_rank_runs(tmp_path_factory):
 
     straight = run("straight", 4)
     out = tmp_path_factory.mktemp("demo")
-    first = _demo(["--steps", "2", "--save-every", "2"], out)
-    assert first.code == 0, first.out
+
+    def step_2_logged() -> bool:
+        return (out / launch.VERL_METRICS).exists() and '{"step":2,' in (out / launch.VERL_METRICS).read_text()
+
+    killed = _kill_demo(["--steps", "4", "--save-every", "2"], out, step_2_logged)
     resumed = _demo(["--steps", "4", "--resume"], out)
     assert resumed.code == 0, resumed.out
-    return {"straight": straight, "first": first, "resumed": resumed, "other": run("other", 1, seed=1)}
+    return {"straight": straight, "killed": killed, "resumed": resumed, "other": run("other", 1, seed=1)}
 
 
 @pytest.mark.e2e
 def test_one_rank_same_seed_same_weights_and_metrics_every_step(one_rank_runs):
-    (straight, out), first = one_rank_runs["straight"], one_rank_runs["first"]
-    assert sorted(first.digests) == [0, 1, 2] and len(set(first.digests.values())) == 3  # the weights moved
-    assert first.digests == {step: straight.digests[step] for step in (0, 1, 2)}
-    assert [json.loads(line) for line in first.metrics] == [straight.metrics[step] for step in (1, 2)]
+    (straight, _), killed = one_rank_runs["straight"], one_rank_runs["killed"]
+    assert sorted(killed.digests)[:3] == [0, 1, 2] and len({killed.digests[step] for step in (0, 1, 2)}) == 3
+    assert {step: killed.digests[step] for step in (0, 1, 2)} == {step: straight.digests[step] for step in (0, 1, 2)}
+    assert {step: killed.metrics[step] for step in (1, 2)} == {step: straight.metrics[step] for step in (1, 2)}
     assert any(key.startswith("rfpp/") for key in straight.metrics[1])
-    assert first.metrics == (out / launch.METRICS).read_text().splitlines()[:2]  # what `diff` compares
-    assert f"Actor weights after step 2: sha256 {straight.digests[2]}." in first.out
 
 
 @pytest.mark.e2e
-def test_a_run_resumed_from_step_2_equals_the_run_straight_to_step_4(one_rank_runs):
-    """``demo --resume`` continued after the checkpoint of step 2 (it trained steps 3 and 4 only)
-    and ended with the weights and ``metrics.jsonl`` (steps 1-4) of the run straight to step 4."""
+def test_nothing_of_a_killed_demo_outlives_it(one_rank_runs):
+    """SIGKILL of the demo's process group (the launcher alone: the trainer has a session of its
+    own): within ``KILL_BOUND_S`` no process of the run is alive (the trainer and its Ray: the guard,
+    ``verl_rfpp.cpu.guard``, killed them), and no checkpoint was written after the kill."""
+    killed = one_rank_runs["killed"]
+    assert len(killed.alive_at_kill) >= 5, killed.alive_at_kill  # the trainer, Ray's GCS and raylet, workers
+    assert not killed.left, [(p.pid, p.name()) for p in killed.left]
+    assert killed.tracker == (2, 2) and not killed.written_after, (killed.tracker, killed.written_after)
+    assert "step 4/4" not in killed.out, killed.out
+    assert "killed" in (killed.directory / launch.GUARD_LOG).read_text()
+
+
+@pytest.mark.e2e
+def test_a_killed_run_resumed_from_step_2_equals_the_run_straight_to_step_4(one_rank_runs):
+    """``demo --resume`` continued after the checkpoint of step 2 of the killed run (it trained
+    steps 3 and 4 only) and ended with the weights and ``metrics.jsonl`` (steps 1-4, those of
+    the killed run kept) of the run straight to step 4."""
     (straight, straight_out), resumed = one_rank_runs["straight"], one_rank_runs["resumed"]
     progress = [line.split()[1] for line in resumed.out.splitlines() if line.startswith("step ")]
     assert progress == ["3/4", "4/4"] and "PASS: " in resumed.out, resumed.out

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from verl_rfpp.cpu import trace
-from verl_rfpp.cpu.launch import METRICS, RunResult
+from verl_rfpp.cpu.launch import CHECKPOINTS, METRICS, RunResult, saved_step
 from verl_rfpp.tools import cluster
 
 REWARD = "critic/score/mean"
@@ -115,6 +116,20 @@ def judge(estimator: str, result: RunResult, steps: int, ranks: int = 1) -> Verd
     return verdict
 
 
+def checkpoint_failure(result: RunResult, out_dir: Path) -> Optional[str]:
+    """What to tell a person whose run stopped because verl could not write a checkpoint in
+    ``out_dir`` (its decisive error names a path under ``out_dir/checkpoints``: a read-only or
+    full folder), in one line with the checkpoint that stays intact; ``None`` for any other end."""
+    checkpoints = Path(out_dir).resolve() / CHECKPOINTS
+    error = cluster.last_error("".join(result.log)) if result.returncode != 0 and not result.timed_out else None
+    if not error or str(checkpoints) not in error:
+        return None
+    step = saved_step(out_dir)
+    kept = (f"the checkpoint of step {step} is intact: make {checkpoints} writable and continue with --resume --out "
+            f"{out_dir}" if step is not None else "no checkpoint was saved before it")
+    return f"verl could not write a checkpoint in {checkpoints} ({error}); {kept}"
+
+
 def judge_nodes(result: RunResult, nodes: int, verdict: Verdict) -> None:
     """A multi-node run's checks, added to ``verdict``: Ray reports ``nodes`` alive nodes; every
     FSDP rank ran on its own node (each rank's pid mapped to its node by Ray's actor table); the
@@ -177,8 +192,9 @@ def node_lines(verdict: Verdict) -> list[str]:
 
 
 def summary(estimator: str, result: RunResult, verdict: Verdict, steps: int, ranks: int, legacy: bool,
-            log_hint: Optional[str] = None) -> str:
-    """Plain-language lines on what the run did, then the verdict line last."""
+            log_hint: Optional[str] = None, files_kept: bool = True) -> str:
+    """Plain-language lines on what the run did, then the verdict line last. ``files_kept``: the
+    run's folder stays after the demo (otherwise no line names a file in it)."""
     facts = verdict.facts
     trainer = "legacy" if legacy else "v1"
     lines = ["", "What happened:"]
@@ -218,10 +234,13 @@ def summary(estimator: str, result: RunResult, verdict: Verdict, steps: int, ran
             lines.append(f"  {len(result.steps)} steps are too few to see learning; "
                          f"`verl-rfpp demo --steps 40` shows it (about 0.2 rising to about 1).")
     lines += node_lines(verdict)
-    if result.digest:
+    if result.digest and files_kept:
         metrics = result.log_path.parent / METRICS if result.log_path else METRICS
         lines.append(f"- Actor weights after step {max(result.digests)}: sha256 {result.digest}. Every step's "
                      f"metrics: {metrics}. The same seed gives the same digest and file.")
+    elif result.digest:
+        lines.append(f"- Actor weights after step {max(result.digests)}: sha256 {result.digest}. The same seed "
+                     f"gives the same digest (--out DIR keeps every step's metrics in {METRICS}).")
     if log_hint:
         lines.append(f"- {log_hint}")
     nodes = len(facts.get("nodes") or []) or 1

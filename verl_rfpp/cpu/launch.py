@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from verl_rfpp.contract import validation
-from verl_rfpp.cpu import assets, trace
+from verl_rfpp.cpu import assets, guard, trace
 from verl_rfpp.errors import RfppError
 from verl_rfpp.tools import cluster
 
@@ -24,6 +25,7 @@ METRICS = "metrics.jsonl"  # every step's metrics that the seed decides, one JSO
 TIMING = "timing.jsonl"  # every step's metrics that the clock or the machine decides
 VERL_METRICS = "verl-metrics.jsonl"  # verl's ``file`` logger: one run's lines, before the split
 CHECKPOINTS = "checkpoints"  # trainer.default_local_dir
+GUARD_LOG = "guard.log"  # when the launcher ended and what of the run was killed then (``guard``)
 
 GRPO = "grpo"
 SAMPLES = 4  # responses per prompt
@@ -80,10 +82,13 @@ REPLACED_FOR_CPU = ("actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor
                     "trainer.logger", "trainer.save_freq", "trainer.test_freq")
 
 
+TRACKER = "latest_checkpointed_iteration.txt"  # verl writes it after a checkpoint's every file
+
+
 def saved_step(out_dir: Path) -> Optional[int]:
     """The step of the latest checkpoint verl saved in ``out_dir/checkpoints`` (its tracker file,
-    ``latest_checkpointed_iteration.txt``), or ``None`` when there is none."""
-    tracker = Path(out_dir) / CHECKPOINTS / "latest_checkpointed_iteration.txt"
+    ``TRACKER``), or ``None`` when there is none."""
+    tracker = Path(out_dir) / CHECKPOINTS / TRACKER
     try:
         return int(tracker.read_text().strip())
     except (OSError, ValueError):
@@ -101,11 +106,18 @@ def write_run_settings(out_dir: Path, settings: dict) -> None:
 
 def resume_problem(out_dir: Path, steps: int, settings: dict) -> Optional[str]:
     """Why a run of ``steps`` steps with ``settings`` cannot resume from ``out_dir``, or ``None``:
-    no checkpoint (verl itself would silently train from scratch), none before ``steps``, or one
+    no checkpoint (verl itself would silently train from scratch), none before ``steps``, one
     saved by a run with other settings (verl would continue it as another run: a different seed,
-    estimator or world size)."""
+    estimator or world size), a tracker cut short, or a tracker naming a folder without the actor
+    or the data loader's state. A half-written ``global_step_N`` (a run killed while it saved) is
+    never loaded: verl writes the tracker after the checkpoint's last file, so it still names the
+    previous one."""
     checkpoints = Path(out_dir) / CHECKPOINTS
     step = saved_step(out_dir)
+    tracker = checkpoints / TRACKER
+    if step is None and tracker.exists():
+        return (f"verl's tracker {tracker} names no step (a run killed while verl wrote it): verl would stop on "
+                "it; write into it the N of the newest global_step_N folder that holds data.pt, or run afresh")
     if step is None:
         return (f"--resume continues from a checkpoint in {checkpoints}, and there is none; "
                 "run with --save-every N first (same --out)")
@@ -122,6 +134,11 @@ def resume_problem(out_dir: Path, steps: int, settings: dict) -> Optional[str]:
         given = ", ".join(f"{name} {saved.get(name)}" for name in differ)
         return (f"the checkpoint in {checkpoints} was saved by a run with {given}; resume it with the same options "
                 f"(this run has {', '.join(f'{name} {settings[name]}' for name in differ)})")
+    folder = checkpoints / f"global_step_{step}"
+    missing = [name for name in ("actor", "data.pt") if not (folder / name).exists()]
+    if missing:
+        return (f"verl's tracker {tracker} names step {step}, but {folder} lacks {' and '.join(missing)}: verl would "
+                "train from scratch, or from a partial checkpoint, without saying so; run afresh without --resume")
     return None
 
 
@@ -328,14 +345,21 @@ def write_metrics(out_dir: Path, resumed: bool = False) -> dict[int, dict]:
     """Split verl's ``file`` logger output (``VERL_METRICS``, this run's steps) into ``METRICS``
     (what the seed decides) and ``TIMING`` (``is_clock_metric``), one line ``{"step": N, ...}``
     per step, keys sorted, floats at full precision (JSON's shortest round trip). A resumed run
-    keeps the lines of the earlier run before its own first step. Returns METRICS' lines by step."""
+    keeps the lines of the earlier run before its own first step (those of a killed run too:
+    ``_run`` splits its ``VERL_METRICS`` before the resumed trainer starts; a line cut short by
+    the kill is left out). Returns METRICS' lines by step."""
     raw = out_dir / VERL_METRICS
     if not raw.exists():
         return {}
     steps = {}
     for line in raw.read_text().splitlines():
-        record = json.loads(line)
+        try:
+            record = json.loads(line)
+        except ValueError:  # the last line of a run killed while verl wrote it
+            continue
         steps[int(record["step"])] = record["data"]
+    if resumed and not steps:  # a resumed run killed before its first step: the earlier lines stay
+        return {}
     result = {}
     for name, keep in ((METRICS, lambda key: not is_clock_metric(key)), (TIMING, is_clock_metric)):
         path = out_dir / name
@@ -349,6 +373,24 @@ def write_metrics(out_dir: Path, resumed: bool = False) -> dict[int, dict]:
         if name == METRICS:
             result = lines
     return result
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal the kernel sends a process when its parent ends
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _die_with(parent: int) -> Optional[Callable[[], None]]:
+    """Run in the trainer before verl starts: the kernel kills it (SIGKILL) the moment the launcher
+    (``parent``) ends, however it ends (Linux's ``PR_SET_PDEATHSIG``), so verl's driver cannot
+    record another checkpoint; ``guard`` kills the rest of the run. ``None`` off Linux."""
+    if _LIBC is None:
+        return None
+
+    def arm() -> None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the launcher ended before the call
+            os._exit(1)
+    return arm
 
 
 @dataclass
@@ -397,26 +439,35 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
     One node: verl starts its Ray with ``RAY_TMPDIR`` a temporary directory of the run's own.
     ``nodes > 1``: on a ``cluster.LocalCluster`` of that many nodes (one rank each, ``node_env[i]``
     added to node ``i``'s environment), started before verl and stopped after it, whatever happens.
-    Every step's metrics end in ``out_dir/metrics.jsonl`` and ``timing.jsonl`` (``write_metrics``)."""
-    if nodes == 1:
-        # Ray's files (its sessions, the address file `ray status` and `auto` read) go to a directory of the
-        # run's own, removed after it, not to the machine's shared /tmp/ray (under /tmp: Ray's socket paths are short)
-        with tempfile.TemporaryDirectory(prefix="rfpp-ray-", dir="/tmp", ignore_cleanup_errors=True) as ray_tmp:
-            os.makedirs(os.path.join(ray_tmp, "ray"))
-            return _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir,
-                        multi_turn, on_step, extra_overrides=extra_overrides,
-                        extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})}, save_every=save_every,
-                        resume=resume)
-    env = trainer_environment(Path(out_dir).resolve(), ours)
-    changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
-    with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed, node_env=node_env) as ray_cluster:
-        result = _run(estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers, assets_dir,
-                      multi_turn, on_step, nodes, ray_cluster.address, extra_overrides, extra_env, save_every, resume)
-        result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
-    return result
+    Every step's metrics end in ``out_dir/metrics.jsonl`` and ``timing.jsonl`` (``write_metrics``).
+    Nothing of the run outlives the calling process (``guard``: killed, however it ends; its line
+    in ``out_dir/guard.log``)."""
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with guard.Guard(out_dir / GUARD_LOG) as watch:
+        if nodes == 1:
+            # Ray's files (its sessions, the address file `ray status` and `auto` read) go to a directory of
+            # the run's own, removed after it, not to the machine's shared /tmp/ray (under /tmp: Ray's socket
+            # paths are short)
+            with tempfile.TemporaryDirectory(prefix="rfpp-ray-", dir="/tmp", ignore_cleanup_errors=True) as ray_tmp:
+                os.makedirs(os.path.join(ray_tmp, "ray"))
+                return _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers,
+                            assets_dir, multi_turn, on_step, extra_overrides=extra_overrides,
+                            extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})}, save_every=save_every,
+                            resume=resume)
+        env = trainer_environment(Path(out_dir).resolve(), ours)
+        changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
+        with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed, node_env=node_env) as ray_cluster:
+            for pid in ray_cluster.processes():
+                watch.pid(pid)
+            result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers,
+                          assets_dir, multi_turn, on_step, nodes, ray_cluster.address, extra_overrides, extra_env,
+                          save_every, resume)
+            result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
+        return result
 
 
-def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
+def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
          on_step, nodes=1, address=None, extra_overrides=(), extra_env=None, save_every=None, resume=False
          ) -> RunResult:
     out_dir = Path(out_dir).resolve()
@@ -424,12 +475,15 @@ def _run(estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, lo
                         nodes, address, extra_overrides, extra_env, save_every, resume)
     trace_path = Path(env[trace.TRACE_ENV])
     trace_path.unlink(missing_ok=True)
+    if resume:  # the steps of a run killed before it split its metrics (write_metrics) are kept
+        write_metrics(out_dir, resumed=True)
     Path(env["VERL_FILE_LOGGER_PATH"]).unlink(missing_ok=True)
     result = RunResult(returncode=-1, log_path=out_dir / "verl.log")
     started = time.monotonic()
-    # A session of its own, so a timeout also kills the Ray processes the trainer started.
+    # A session of its own: the guard kills it (and what it started elsewhere) when this process ends.
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               cwd=out_dir, bufsize=1, start_new_session=True)
+                               cwd=out_dir, bufsize=1, start_new_session=True, preexec_fn=_die_with(os.getpid()))
+    watch.session(process.pid)
     # The watchdog fires even when a hung trainer prints nothing (a deadline checked per line would not).
     def kill() -> None:
         result.timed_out = True

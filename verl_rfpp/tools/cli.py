@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import shutil
 import sys
 import tempfile
@@ -160,6 +161,9 @@ def _demo(args: argparse.Namespace) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # an --out the demo cannot write
+
+
 def _run_settings(args: argparse.Namespace) -> dict:
     """The demo's options that decide its run (what a resumed run must share with the one that saved)."""
     return {"--estimator": args.estimator, "--legacy": args.legacy, "--ranks": args.ranks, "--nodes": args.nodes,
@@ -197,9 +201,19 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     trained = args.steps - (launch.saved_step(out) or 0) if args.resume else args.steps  # this run's steps
     if args.save_every:
         launch.write_run_settings(out, settings)
-    result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
-                        ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
-                        nodes=args.nodes, save_every=args.save_every, resume=args.resume)
+    try:
+        result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
+                            ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
+                            nodes=args.nodes, save_every=args.save_every, resume=args.resume)
+    except OSError as error:  # --out became unwritable (read-only, full) while the run wrote its files
+        if error.errno not in UNWRITABLE:
+            raise
+        print(f"verl-rfpp demo: could not write the run's files in {out}: {error}", flush=True)
+        return False
+    unsaved = demo.checkpoint_failure(result, out)
+    if unsaved:
+        print(f"verl-rfpp demo: {unsaved}", flush=True)
+        return False
     verdict = demo.judge(args.estimator, result, trained, args.ranks)
     if args.nodes > 1:
         demo.judge_nodes(result, args.nodes, verdict)
@@ -213,7 +227,8 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     else:
         hint = ("The run's files (verl's log, the run trace) were in a temporary folder, now removed: "
                 "--out DIR keeps them")
-    print(demo.summary(args.estimator, result, verdict, trained, args.ranks, args.legacy, hint))
+    print(demo.summary(args.estimator, result, verdict, trained, args.ranks, args.legacy, hint,
+                       files_kept=bool(args.out or verdict.problems)))
     return verdict.passed
 
 

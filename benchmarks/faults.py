@@ -1,0 +1,304 @@
+"""The kill matrix: ``verl-rfpp demo --steps 4 --save-every 1`` killed with SIGKILL (its whole
+process group, as a scheduler or the OOM killer of a job would) at chosen points, then resumed with
+``verl-rfpp demo --resume --steps 4`` to the end, and compared with the uninterrupted run of the
+same seed (docs/cpu-backend.md, "Faults").
+
+Kill points (each in step 2, after the checkpoint of step 1; observed from outside, by polling the
+run's files every 20 ms):
+
+- ``rollout``: 0.3 s after step 1's metrics line (verl logs it after the checkpoint and the weight
+  sync, then starts step 2's rollout); landed if the trace has no step-2 advantages yet;
+- ``update``: at step 2's first policy-loss call (the trace's ``tokens`` line): the actor update;
+- ``checkpoint-write``: when ``checkpoints/global_step_2`` appears; landed if verl's tracker still
+  says 1 after the kill (the checkpoint was half-written);
+- ``after-checkpoint``: when the tracker says 2;
+- ``resume-first-step``: the run killed after checkpoint 1, then its resume killed at its first
+  policy-loss call, then resumed again.
+
+Per kill: whether it landed where named, the checkpoint verl's tracker names after it, the steps
+the killed run had logged beyond that checkpoint (lost), the processes of the run alive at the kill
+(every process whose environment names the run's trace file) and the seconds until none of them
+was left, whether any file under ``checkpoints/`` changed after that, and whether the resumed run
+ended with the uninterrupted run's weights digest and ``metrics.jsonl``. One demo at a time;
+every record is appended to ``OUT/faults.jsonl`` as it completes, and the table is printed from it.
+
+    nice -n 10 python benchmarks/faults.py --out /tmp/faults
+    python benchmarks/faults.py --out /tmp/faults --estimators reinforce_plus_plus --points update
+    python benchmarks/faults.py --out /tmp/faults --table      # the table of the records so far
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ESTIMATORS = ("reinforce_plus_plus_baseline", "reinforce_plus_plus")
+POINTS = ("checkpoint-write", "update", "rollout", "after-checkpoint", "resume-first-step")
+STEPS = 4
+RUN_LIMIT_S = 1800  # one demo, on a loaded 2-core machine
+GONE_LIMIT_S = 60
+
+
+def demo(out: Path, *options: str) -> subprocess.Popen:
+    """``verl-rfpp demo`` (this checkout's) in a process group of its own, its output to
+    ``OUT.<time>.log`` (``_demo_output``)."""
+    log = open(f"{out}.{time.time_ns()}.log", "w")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "demo", "--steps", str(STEPS),
+                             *options, "--out", str(out)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def tracker(out: Path):
+    text = _read(out / "checkpoints" / "latest_checkpointed_iteration.txt").strip()
+    return int(text) if text.isdigit() else None
+
+
+def trace_count(out: Path, kind: str) -> int:
+    return sum(line.startswith(kind + " ") for line in _read(out / "trace.txt").splitlines())
+
+
+def logged_steps(out: Path) -> list[int]:
+    steps = set()
+    for line in _read(out / "verl-metrics.jsonl").splitlines():
+        try:
+            steps.add(int(json.loads(line)["step"]))
+        except (ValueError, KeyError):
+            pass
+    return sorted(steps)
+
+
+def run_processes(out: Path) -> dict[int, int]:
+    """``{pid: start time}`` of every live process whose environment names ``out``'s trace file."""
+    needle = f"VERL_RFPP_TRACE={out / 'trace.txt'}".encode()
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if needle in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                    found[int(name)] = _start(int(name))
+            except OSError:
+                pass
+    return {pid: start for pid, start in found.items() if start is not None}
+
+
+def _start(pid: int):
+    """The start time of ``pid`` if it is alive (a zombie is dead), else ``None``."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2:].split()
+    return None if fields[0] in "ZX" else int(fields[19])
+
+
+def wait_for(condition, process: subprocess.Popen, out: Path, seen: dict[int, int]) -> bool:
+    """Poll ``condition`` every 20 ms until it holds (``True``) or the demo ended; every 5 s the
+    run's processes are added to ``seen`` (a scan of every process's environment is too slow to
+    make at the moment of the kill)."""
+    started = scanned = time.monotonic()
+    while time.monotonic() - started < RUN_LIMIT_S:
+        if condition():
+            return True
+        if process.poll() is not None:
+            return False
+        if time.monotonic() - scanned > 5:
+            seen.update(run_processes(out))
+            scanned = time.monotonic()
+        time.sleep(0.02)
+    return False
+
+
+def kill(process: subprocess.Popen, out: Path, seen: dict[int, int]) -> dict:
+    """SIGKILL the demo's process group; the run's processes alive then (``seen`` before and a scan
+    just after), how long until none of them was, whether verl's tracker moved after the kill,
+    and the checkpoint files changed after it (those a worker was writing when the guard stopped it)."""
+    at_kill, killed_at = tracker(out), time.time()
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    alive = {pid: start for pid, start in {**seen, **run_processes(out)}.items() if _start(pid) == start}
+    left: set = set()
+    while time.time() - killed_at < GONE_LIMIT_S:
+        left = {pid for pid, start in alive.items() if _start(pid) == start}
+        if not left:
+            break
+        time.sleep(0.02)
+    gone_s = time.time() - killed_at
+    time.sleep(1.0)
+    changed = [path.stat().st_mtime - killed_at for path in (out / "checkpoints").rglob("*")
+               if path.stat().st_mtime > killed_at]
+    return {"alive_at_kill": len(alive), "gone_s": round(gone_s, 3), "left": len(left),
+            "tracker_moved": tracker(out) != at_kill, "files_after_kill": len(changed),
+            "last_file_after_kill_s": round(max(changed), 3) if changed else None,
+            "guard": _read(out / "guard.log").strip().splitlines()[-1:]}
+
+
+def digest_of(output: str) -> str:
+    match = re.findall(r"Actor weights after step \d+: sha256 ([0-9a-f]{64})", output)
+    return match[-1] if match else ""
+
+
+def reference(base: Path, estimator: str) -> dict:
+    """The uninterrupted run (reused if ``base/ref-ESTIMATOR`` holds a finished one)."""
+    out = base / f"ref-{estimator}"
+    record = out / "reference.json"
+    if record.exists():
+        return json.loads(record.read_text())
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    started = time.monotonic()
+    process = demo(out, "--save-every", "1", "--estimator", estimator)
+    code = process.wait(timeout=RUN_LIMIT_S)
+    text = _demo_output(out)
+    if code != 0 or not digest_of(text):
+        raise SystemExit(f"the uninterrupted {estimator} run failed (exit {code}); see {out}")
+    ref = {"digest": digest_of(text), "metrics": (out / "metrics.jsonl").read_text(),
+           "seconds": round(time.monotonic() - started, 1)}
+    record.write_text(json.dumps(ref))
+    return ref
+
+
+def _demo_output(out: Path) -> str:
+    logs = sorted(out.parent.glob(f"{out.name}.*.log"), key=lambda path: int(path.name.rsplit(".", 2)[1]))
+    return logs[-1].read_text() if logs else ""
+
+
+def _settled(folder: Path) -> bool:
+    """``folder`` exists and nothing was added to it for 0.5 s (the actor's files are written)."""
+    try:
+        return folder.stat().st_mtime < time.time() - 0.5
+    except OSError:
+        return False
+
+
+def kill_at(out: Path, estimator: str, point: str, resumed: bool) -> dict:
+    """One run (fresh, or ``resumed``) of ``out`` killed at ``point``: the kill's record."""
+    if resumed:
+        (out / "trace.txt").unlink(missing_ok=True)
+    options = ("--resume",) if resumed else ("--save-every", "1")
+    if point == "checkpoint-write":  # verl's driver blocks opening it: the kill lands inside the write
+        (out / "checkpoints" / "global_step_2").mkdir(parents=True)
+        os.mkfifo(out / "checkpoints" / "global_step_2" / "data.pt")
+    process = demo(out, *options, "--estimator", estimator)
+    seen: dict[int, int] = {}
+    conditions = {
+        "rollout": lambda: 1 in logged_steps(out),
+        "update": lambda: trace_count(out, "tokens") >= (1 if resumed else 2),
+        "checkpoint-write": lambda: _settled(out / "checkpoints" / "global_step_2" / "actor"),
+        "after-checkpoint": lambda: tracker(out) == 2,
+        "checkpoint-1": lambda: tracker(out) == 1,
+    }
+    if not wait_for(conditions[point], process, out, seen):
+        process.wait(timeout=RUN_LIMIT_S)
+        return {"point": point, "reached": False, "output": _demo_output(out)[-2000:]}
+    if point == "rollout":
+        time.sleep(0.3)
+    advantages = trace_count(out, estimator)
+    record = {"point": point, "reached": True, **kill(process, out, seen)}
+    record["checkpoint"] = tracker(out)
+    record["lost"] = [step for step in logged_steps(out) if step > (record["checkpoint"] or 0)]
+    record["landed"] = {"rollout": advantages == 1, "update": record["checkpoint"] == 1,
+                        "checkpoint-write": record["checkpoint"] == 1, "after-checkpoint": record["checkpoint"] == 2,
+                        "checkpoint-1": record["checkpoint"] == 1}[point]
+    return record
+
+
+def cell(base: Path, estimator: str, point: str, ref: dict) -> dict:
+    out = base / f"{estimator}-{point}-{int(time.time())}"
+    out.mkdir(parents=True)
+    started = time.monotonic()
+    kills = []
+    if point == "resume-first-step":
+        kills.append(kill_at(out, estimator, "checkpoint-1", resumed=False))
+        if kills[-1]["reached"]:
+            kills.append(kill_at(out, estimator, "update", resumed=True))
+            kills[-1]["point"] = "resume-first-step"
+    else:
+        kills.append(kill_at(out, estimator, point, resumed=False))
+    record = {"estimator": estimator, "point": point, "kills": kills}
+    if all(k["reached"] for k in kills):
+        (out / "trace.txt").unlink(missing_ok=True)
+        process = demo(out, "--resume", "--estimator", estimator)
+        code = process.wait(timeout=RUN_LIMIT_S)
+        text = _demo_output(out)
+        record.update(resume_exit=code, digest_same=digest_of(text) == ref["digest"],
+                      metrics_same=_read(out / "metrics.jsonl") == ref["metrics"],
+                      resumed_steps=re.findall(r"^step (\d+)/", text, re.M),
+                      left_after_resume=len(run_processes(out)))
+    record["seconds"] = round(time.monotonic() - started, 1)
+    return record
+
+
+def table(records: list[dict]) -> str:
+    """One row per (estimator, kill point)."""
+    rows = ["| estimator | kill point | runs | landed where named | resumed to the identical digest and "
+            "metrics.jsonl | completed steps lost | processes of the run at the kill | all gone after (s) | "
+            "tracker moved after the kill | checkpoint files changed after the kill (latest, s) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    groups: dict = {}
+    for record in records:
+        groups.setdefault((record["estimator"], record["point"]), []).append(record)
+    for (estimator, point), group in groups.items():
+        kills = [k for r in group for k in r["kills"] if k.get("reached")]
+        last = [r["kills"][-1] for r in group if r["kills"][-1].get("reached")]
+        survived = sum(bool(r.get("digest_same") and r.get("metrics_same") and r.get("resume_exit") == 0)
+                       for r in group)
+        gone = [k["gone_s"] for k in kills]
+        late = [k["last_file_after_kill_s"] for k in kills if k["last_file_after_kill_s"] is not None]
+        rows.append(" | ".join([
+            f"| {estimator}", point, str(len(group)), f"{sum(k['landed'] for k in last)}/{len(last)}",
+            f"{survived}/{len(group)}", ", ".join(str(len(k["lost"])) for k in last) or "-",
+            ", ".join(str(k["alive_at_kill"]) for k in kills) or "-",
+            ", ".join(f"{value:.2f}" for value in gone) or "-",
+            f"{sum(k['tracker_moved'] for k in kills)} of {len(kills)}",
+            f"{sum(k['files_after_kill'] for k in kills)} ({max(late):.2f})" if late else "0 |"]).rstrip(" |") + " |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--estimators", nargs="*", default=list(ESTIMATORS), choices=ESTIMATORS)
+    parser.add_argument("--points", nargs="*", default=list(POINTS), choices=POINTS)
+    parser.add_argument("--table", action="store_true", help="print the table of OUT/faults.jsonl and exit")
+    parser.add_argument("--until", metavar="HH:MM", help="start no run after this time (UTC) of today")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    records_path = args.out / "faults.jsonl"
+    if not args.table:
+        for estimator in args.estimators:
+            if args.until and time.strftime("%H:%M", time.gmtime()) >= args.until:
+                break
+            ref = reference(args.out, estimator)
+            print(f"{estimator}: uninterrupted run {ref['seconds']} s, digest {ref['digest'][:16]}", flush=True)
+            for point in args.points:
+                if args.until and time.strftime("%H:%M", time.gmtime()) >= args.until:
+                    print(f"{estimator} {point}: not run (--until {args.until})", flush=True)
+                    continue
+                record = cell(args.out, estimator, point, ref)
+                with open(records_path, "a") as file:
+                    file.write(json.dumps(record) + "\n")
+                print(json.dumps(record), flush=True)
+    records = [json.loads(line) for line in _read(records_path).splitlines()]
+    print(table(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

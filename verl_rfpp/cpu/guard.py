@@ -1,0 +1,151 @@
+"""Nothing of a run outlives its launcher (Linux: it reads ``/proc``).
+
+``Guard`` (in the launcher) starts this file as a script (``python -I``: the standard library only,
+no import of verl) in a session of its own, its stdin a pipe whose write end only the launcher
+holds, and tells it what belongs to the run: ``session SID`` (the trainer's session: verl's driver
+and the Ray processes it starts) and ``pid PID`` (a process started otherwise, e.g. a local Ray
+cluster's node). End of file on the pipe means the launcher ended, however: it closed the pipe, or
+it was killed and the kernel closed it. The guard then stops (SIGSTOP: none can fork, train or
+write a file while they are gathered) and kills (SIGKILL) every process of those sessions, those
+pids and all their descendants, until none is left, and appends one line to its log: when the
+launcher ended, how many processes it killed, how long they took to go.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+REAP_LIMIT_S = 30.0  # the guard gives up waiting for the processes to go after this long
+
+
+def _stat(pid: int) -> Optional[tuple[int, int, int, str]]:
+    """``(ppid, session, start time, state)`` of ``pid`` from ``/proc``, or ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            data = file.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    return int(fields[1]), int(fields[3]), int(fields[19]), fields[0]
+
+
+def _table() -> dict[int, tuple[int, int, int, str]]:
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            found = _stat(int(name))
+            if found:
+                table[int(name)] = found
+    return table
+
+
+def members(sessions: set[int], roots: dict[int, int]) -> set[int]:
+    """The live processes of the run: those of ``sessions``, the ``roots`` (``{pid: start time}``,
+    so a reused pid is not taken) and every descendant of theirs; zombies (dead already) left out."""
+    table = _table()
+    chosen = {pid for pid, (_, sid, _, _) in table.items() if sid in sessions}
+    chosen |= {pid for pid, start in roots.items() if pid in table and table[pid][2] == start}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    stack = list(chosen)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in chosen:
+                chosen.add(child)
+                stack.append(child)
+    chosen.discard(os.getpid())
+    return {pid for pid in chosen if table[pid][3] != "Z"}
+
+
+def _signal(pids: set[int], number: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, number)
+        except OSError:
+            pass
+
+
+def reap(sessions: set[int], roots: dict[int, int], limit_s: float = REAP_LIMIT_S) -> tuple[int, float, int]:
+    """Stop, then kill, every process of the run until none is left (or ``limit_s`` passed):
+    ``(processes killed, seconds until none was left, processes still alive)``."""
+    started = time.monotonic()
+    killed: set[int] = set()
+    while time.monotonic() - started < limit_s:
+        found = members(sessions, roots)
+        if not found:
+            return len(killed), time.monotonic() - started, 0
+        stopped: set[int] = set()
+        while found - stopped:  # their parents are stopped, so the tree holds still while it is read
+            _signal(found - stopped, signal.SIGSTOP)
+            stopped |= found
+            found = members(sessions, roots)
+        _signal(stopped, signal.SIGKILL)
+        killed |= stopped
+        time.sleep(0.02)
+    return len(killed), time.monotonic() - started, len(members(sessions, roots))
+
+
+def main(log_path: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the launcher, which then closes the pipe
+    sessions: set[int] = set()
+    roots: dict[int, int] = {}
+    for line in sys.stdin:
+        kind, _, number = line.partition(" ")
+        if kind == "session":
+            sessions.add(int(number))
+        elif kind == "pid" and _stat(int(number)):
+            roots[int(number)] = _stat(int(number))[2]
+    ended = time.time()
+    killed, seconds, left = reap(sessions, roots)
+    outcome = f"none left after {seconds:.3f} s" if not left else f"{left} still alive after {seconds:.3f} s"
+    with open(log_path, "a") as log:
+        log.write(f"launcher ended at {ended:.3f}; killed {killed} processes of the run, {outcome}\n")
+
+
+class Guard:
+    """The launcher's side: ``with Guard(log) as guard: guard.session(pid)`` (the pipe closes on
+    leaving the block, or when the launcher dies; either way the run's processes are killed)."""
+
+    def __init__(self, log_path: Path):
+        self.log_path = Path(log_path)
+        self.process: Optional[subprocess.Popen] = None
+
+    def __enter__(self) -> Guard:
+        self.process = subprocess.Popen([sys.executable, "-I", __file__, str(self.log_path)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                                        start_new_session=True)
+        return self
+
+    def _tell(self, kind: str, pid: int) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.write(f"{kind} {pid}\n")
+        self.process.stdin.flush()
+
+    def session(self, sid: int) -> None:
+        """Every process of session ``sid`` (and its descendants) belongs to the run."""
+        self._tell("session", sid)
+
+    def pid(self, pid: int) -> None:
+        """Process ``pid`` and its descendants belong to the run."""
+        self._tell("pid", pid)
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Close the pipe and wait for the guard to have killed what was left of the run."""
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=REAP_LIMIT_S + 10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
