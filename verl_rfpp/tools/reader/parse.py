@@ -6,6 +6,7 @@ exit 2, one line) for anything else. Also the node helpers the other modules sha
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 import tree_sitter
@@ -52,6 +53,11 @@ def parse(data: bytes, path: str):
         raise ReadError(data[:data.index(b"\0")].count(b"\n") + 1, str(path), "it holds a NUL byte")
     if len(data.split(maxsplit=MAX_WORDS)) > MAX_WORDS:
         raise ReadError(0, str(path), f"it has over {MAX_WORDS} words")
+    stray = re.search(rb"\\[ \t]+\n", data)
+    if stray:
+        raise ReadError(data[:stray.start()].count(b"\n") + 1, "\\ at the end of a line",
+                        "a backslash and a blank end this line: bash passes the blank as a word and runs the next "
+                        "line as a command of its own (tree-sitter-bash reads it otherwise); remove the blank")
     tree = _PARSER.parse(data)
     if tree.root_node.has_error:
         bad = _first_error(tree.root_node)

@@ -800,7 +800,11 @@ class Shell:
     def _expanded(self, node, quoted: bool) -> list:
         kind = node.type
         if kind == "simple_expansion":
-            return self._value_pieces(self._lookup(node.named_children[-1], strict=True), quoted, node)
+            name = node.named_children[-1]
+            if name.type == "variable_name" and text(name).isdigit() and len(text(name)) > 1:
+                first = self.positional[0] if self.positional else self._unset("1", strict=True)
+                return [Piece(first + text(name)[1:], not quoted, not quoted)]  # $10 is ${1}0
+            return self._value_pieces(self._lookup(name, strict=True), quoted, node)
         if kind == "expansion":
             return self._expansion(node, quoted)
         if kind == "command_substitution":
@@ -941,6 +945,8 @@ class Shell:
         if name in BASH_OWN and name not in self.variables:
             if name == "BASH_SOURCE":
                 value = [self.invoked_as]
+            elif index in ("@", "*"):
+                raise self.refuse(node, f"check does not model bash's {name}")
             else:
                 return self.unknown(node, f"${{{text(node)}}}")
         else:
@@ -1106,13 +1112,14 @@ class Shell:
             branch = node.child_by_field_name("consequence" if condition else "alternative")
             return self._arithmetic(branch, depth)
         if kind == "binary_expression":
-            operator = text(node.child_by_field_name("operator"))
+            operator = text(next(child for child in node.children if not child.is_named))
             if operator.endswith("=") and operator not in ("==", "!=", "<=", ">="):
                 raise self.refuse(node, "check does not model assignments in arithmetic")
-            left = self._arithmetic(node.child_by_field_name("left"), depth)
+            left_node, right_node = node.named_children[0], node.named_children[-1]
+            left = self._arithmetic(left_node, depth)
             if operator in ("&&", "||") and left is not None and bool(left) == (operator == "||"):
                 return int(bool(left))
-            right = self._arithmetic(node.child_by_field_name("right"), depth)
+            right = self._arithmetic(right_node, depth)
             if left is None or right is None:
                 return None
             return arithmetic.binary(operator, left, right)
