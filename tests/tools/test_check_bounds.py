@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a check process per case
+
 LAUNCH = "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=reinforce_plus_plus_baseline"
 
 
