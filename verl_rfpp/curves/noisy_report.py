@@ -250,7 +250,7 @@ BANDIT = {  # docs/bandit.md's numbers, for the claim-by-claim table
 
 
 def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, part: dict, best: float,
-                  steps: int) -> list[str]:
+                  steps: int, spec: dict) -> list[str]:
     """The bandit's claims against these runs, the verl column's words by the rule."""
     n = len(v["seeds"])
     words = v["answers"]
@@ -258,8 +258,9 @@ def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, 
     lines = ["## The bandit and this model, claim by claim", "",
              f"| claim | the bandit ([docs/bandit.md](../../bandit.md)) | verl's trainer, this model ({n} seeds, "
              "paired; words by the rule above) |", "| --- | --- | --- |",
-             f"| setting | {BANDIT['setting']} | Qwen2 with each prompt its own input row, shared layers and output "
-             f"layer; AdamW, lr {lr}; {n} seeds, paired |",
+             f"| setting | {BANDIT['setting']} | {spec.get('parameters', '?'):,}-parameter Qwen2: each prompt its own "
+             f"input row, shared layers and output layer; AdamW, lr {lr}; {len(spec['prompts'])} prompts x "
+             f"{len(spec['answers'])} tokens, {steps} steps; {n} seeds, paired |",
              f"| GRPO presents the flat prompts' noise as full-size advantages | {BANDIT['construction']} | "
              f"**{words['noise_as_signal']}** (by construction): rms {rows[GRPO]['flat_adv_rms']['mean']:.3f} "
              f"against {rows[OURS]['flat_adv_rms']['mean']:.3f} ({v['flat_adv_rms']['ratio']:.2f}x) |"]
@@ -439,7 +440,8 @@ def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> s
         lines += ["## Verdict", ""] + _verdict_lines(lr, v, table[lr], clean.get(lr, {}))
         lines += _noise_part_lines(lr, part.get(lr, {})) + _matched_lines(lr, progress.get(lr, {}))
         lines += _caveats(lr, v, table[lr])
-        lines += _bandit_table(lr, v, table[lr], clean.get(lr, {}), effect.get(lr, {}), part.get(lr, {}), best, steps)
+        lines += _bandit_table(lr, v, table[lr], clean.get(lr, {}), effect.get(lr, {}), part.get(lr, {}), best, steps,
+                               spec)
     lines += [
         "## The task",
         "",
