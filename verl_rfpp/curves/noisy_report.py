@@ -283,7 +283,8 @@ def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, 
                  f"{_count(slow, -1)}")
     if part:
         cell = part["informative_true_reward"]
-        slow_text += (f"; noise-free GRPO was already {cell['noise_free']['diff_mean']:+.2f}, the noise's part "
+        slow_text += (f"; over the {len(part['seeds'])} seeds also run noise-free, GRPO was already "
+                      f"{cell['noise_free']['diff_mean']:+.2f} without noise, the noise's part "
                       f"{cell['noise_part']['diff_mean']:+.2f} ({cell['share']:.0%})")
     lines.append(f"| GRPO learns the informative prompts more slowly | {BANDIT['slower']} | {slow_text} |")
     return lines + [""]
@@ -305,7 +306,8 @@ def bandit_paragraph(results: dict) -> str:
             f"{rows[GRPO]['informative_true_reward']['mean']:.2f} against "
             f"{rows[OURS]['informative_true_reward']['mean']:.2f}")
     if part:
-        text += f"; the noise caused {part['informative_true_reward']['share']:.0%} of the gap"
+        text += (f"; over the {len(part['seeds'])} seeds also run noise-free, the noise caused "
+                 f"{part['informative_true_reward']['share']:.0%} of the gap")
     text += (f"); GRPO's flat prompts moved further: {v['answers']['flat_moved_more']} (further in {_count(flat, 1)} "
              f"at the last step")
     if level and level["seeds"]:
