@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_rfpp.curves import noisy, noisy_reward, noisy_task, report, series
+from verl_rfpp.curves import noisy_analysis, noisy_report, noisy_reward, noisy_runs, noisy_task, report, stats
 from verl_rfpp.curves.runs import METHODS
 from verl_rfpp.tools import cli
 
@@ -115,7 +115,7 @@ def test_verl_loads_the_reward_function_by_the_path_the_runs_give_it(tmp_path):
 
     from verl_rfpp.cpu.patches import SESSION_KEY
 
-    given = noisy.overrides({"train": "t", "test": "v"}, {"model": "m"}, 0.01, noisy_task.SEPARATE)
+    given = noisy_runs.overrides({"train": "t", "test": "v"}, {"model": "m"}, 0.01, noisy_task.SEPARATE)
     path = next(o.split("=", 1)[1] for o in given if o.startswith("reward.custom_reward_function.path="))
     compute_score = load_extern_object(module_path=path, object_name="compute_score")
     truth = json.dumps({"quality": {"A": 0.7}, "noise_std": 0.1, "seed": 5})
@@ -160,8 +160,8 @@ def test_policy_metrics_by_hand():
     assert math.isclose(metrics[P + "flat_kl_from_start"], 0.5 * math.log(1.0) + 0.5 * math.log(2.0))
     # total variation of the flat prompt against each informative one: (1/6 + 1/6 + 1/3) / 2 and (1/2 + 1/2) / 2
     assert math.isclose(metrics[P + "flat_informative_tv"], (1 / 3 + 1 / 2) / 2)
-    assert noisy.best_quality(spec) == pytest.approx((1.0 + 2.0) / 2)
-    assert noisy.prompt_blind_quality(spec) == pytest.approx(max((1 + 0) / 2, (-1 + 2) / 2, (0.5 + 0) / 2))
+    assert noisy_analysis.best_quality(spec) == pytest.approx((1.0 + 2.0) / 2)
+    assert noisy_analysis.prompt_blind_quality(spec) == pytest.approx(max((1 + 0) / 2, (-1 + 2) / 2, (0.5 + 0) / 2))
 
 
 def test_batch_metrics_by_hand():
@@ -183,28 +183,65 @@ def test_batch_metrics_by_hand():
 
 
 def test_paired_statistics_by_hand():
-    assert series.sign_test([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32  # 5 of 5 positive: the smallest p of 5 seeds
-    assert series.sign_test([1.0] * 6) == 2 / 64
-    assert series.sign_test([1.0, 2.0, -3.0]) == 1.0  # 2 * (C(3,0) + C(3,1)) / 8, capped at 1
-    assert series.sign_test([1.0, 0.0, 2.0, 3.0, 4.0, 5.0]) == 2 / 32  # zeros do not count
-    assert series.sign_test([0.0, 0.0]) == 1.0
-    diffs = [0.3, -0.1, 0.5, 0.2, 0.4]
-    low, high = series.bootstrap_interval(diffs)
-    assert min(diffs) <= low < sum(diffs) / 5 < high <= max(diffs)
-    assert series.bootstrap_interval(diffs) == (low, high)  # a seeded stream
-    assert series.bootstrap_interval([0.25] * 5) == (0.25, 0.25)
-    result = series.paired([1.0, 2.0, 3.0], [0.5, 2.5, 1.0])
+    assert stats.sign_test([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32  # 5 of 5 positive: the smallest p of 5 seeds
+    assert stats.sign_test([1.0] * 6) == 2 / 64
+    assert stats.sign_test([1.0, 2.0, -3.0]) == 1.0  # 2 * (C(3,0) + C(3,1)) / 8, capped at 1
+    assert stats.sign_test([1.0, 0.0, 2.0, 3.0, 4.0, 5.0]) == 2 / 32  # zeros do not count
+    assert stats.sign_test([0.0, 0.0]) == 1.0
+    # sign flips of 1, 2, 3: sums 6, 4, 2, 0, 0, -2, -4, -6
+    assert stats.sign_flip_test([1.0, 2.0, 3.0]) == 2 / 8
+    assert stats.sign_flip_test([1.0, -2.0, 3.0]) == 6 / 8  # |sum| 2: all but the two zeros
+    assert stats.sign_flip_test([0.1, 0.2, -0.3]) == 1.0  # observed sum 0 up to rounding
+    assert stats.sign_flip_test([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32
+    assert stats.sign_flip_test([]) == 1.0
+    # the flat KL of the first 5 seeds (issue 40): flipping +0.055 gives |sum| 2.399, the observed one itself,
+    # so 4 of the 32 assignments are as extreme: p = 0.125 where the sign test gives 0.375
+    flat_kl = [-0.276, -0.788, -0.467, 0.055, -0.923]
+    assert stats.sign_flip_test(flat_kl) == 4 / 32 and stats.sign_test(flat_kl) == 12 / 32
+    # Student t: df 1 is Cauchy, df 2 has P(|T| <= t) = t / sqrt(2 + t^2), df 3 at sqrt(3) is 1/2 + 1/pi
+    assert stats.t_quantile(0.95, 1) == pytest.approx(math.tan(0.475 * math.pi), rel=1e-12)
+    assert stats.t_quantile(0.95, 2) == pytest.approx(math.sqrt(2) * 0.95 / math.sqrt(1 - 0.95 ** 2), rel=1e-12)
+    assert stats.t_cdf_two_sided(math.sqrt(3), 3) == pytest.approx(0.5 + 1 / math.pi, rel=1e-14)
+    assert stats.t_cdf_two_sided(1.0, 4) == pytest.approx(1 / math.sqrt(5) * (1 + 0.5 * 4 / 5), rel=1e-14)
+    low, high = stats.t_interval([1.0, 2.0, 3.0])  # mean 2, s 1, n 3
+    half = math.sqrt(2) * 0.95 / math.sqrt(1 - 0.95 ** 2) / math.sqrt(3)
+    assert (low, high) == (pytest.approx(2 - half, rel=1e-12), pytest.approx(2 + half, rel=1e-12))
+    assert stats.t_interval([0.5]) == []
+    with pytest.raises(ValueError, match="level 1"):
+        stats.t_quantile(1, 3)
+    result = stats.paired([1.0, 2.0, 3.0], [0.5, 2.5, 1.0])
     assert result["per_seed"] == [0.5, -0.5, 2.0] and (result["positive"], result["negative"]) == (2, 1)
     assert result["diff_mean"] == pytest.approx(2 / 3) and result["sign_test_p"] == 1.0
+    assert result["sign_flip_p"] == 6 / 8  # sums of +-0.5 +-0.5 +-2: 3, 2, 2, 1 and mirrors; 6 reach |2|
+
+
+def test_paired_statistics_against_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 4, 7, 8, 15):
+        assert stats.t_quantile(0.95, df) == pytest.approx(scipy_stats.t.ppf(0.975, df), rel=1e-12)
+        for t in (0.1, 1.0, 2.5, 40.0):
+            assert stats.t_cdf_two_sided(t, df) == pytest.approx(1 - 2 * scipy_stats.t.sf(t, df), abs=1e-14)
+    diffs = [-0.135, -0.148, -0.338, -0.444, -0.154, 0.02, -0.3, -0.1]
+    interval = scipy_stats.ttest_1samp(diffs, 0).confidence_interval(0.95)
+    assert stats.t_interval(diffs) == [pytest.approx(interval.low, rel=1e-12), pytest.approx(interval.high, rel=1e-12)]
+    exact = scipy_stats.permutation_test((diffs,), lambda x: sum(x), permutation_type="samples",
+                                         n_resamples=math.inf, alternative="two-sided").pvalue
+    assert stats.sign_flip_test(diffs) == pytest.approx(exact, rel=1e-12)
+    assert stats.sign_test(diffs) == pytest.approx(scipy_stats.binomtest(1, 8).pvalue, rel=1e-12)
 
 
 def test_the_verdicts_rule_by_hand():
-    assert noisy.answer({"per_seed": [0.1, 0.2, 0.3]}, 1) == "yes"
-    assert noisy.answer({"per_seed": [-0.1, -0.2, -0.3]}, -1) == "yes"
-    assert noisy.answer({"per_seed": [-0.1, -0.2, -0.3]}, 1) == "no"
-    assert noisy.answer({"per_seed": [0.1, -0.2, 0.3]}, 1) == "mixed"
-    assert noisy.answer({"per_seed": [0.1, 0.0, 0.3]}, 1) == "mixed"  # a tie is not the claimed sign
-    assert noisy.answer({"per_seed": []}, 1) == "mixed"
+    answer = noisy_analysis.answer
+    assert answer({"per_seed": [0.1, 0.2, 0.3]}, 1) == "yes"
+    assert answer({"per_seed": [-0.1, -0.2, -0.3]}, -1) == "yes"
+    assert answer({"per_seed": [-0.1, -0.2, -0.3]}, 1) == "no"
+    assert answer({"per_seed": [0.1, -0.2, 0.3]}, 1) == "mixed"
+    assert answer({"per_seed": [0.1, 0.0, 0.3]}, 1) == "mixed"  # a tie is not the claimed sign
+    assert answer({"per_seed": []}, 1) == "mixed"
+    plain = noisy_analysis.plain
+    assert plain({"flat_moved_more": "yes", "informative_reward_lower_for_grpo": "yes"}) == "yes"
+    assert plain({"flat_moved_more": "mixed", "informative_reward_lower_for_grpo": "yes"}) == "partly"
+    assert plain({"flat_moved_more": "mixed", "informative_reward_lower_for_grpo": "no"}) == "no"
 
 
 def _record(key, seed, flat_kl, reward, steps=6, noise_std=0.1):
@@ -222,48 +259,120 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     records = [_record("verl_grpo", 0, 1.0, 0.4), _record("verl_grpo", 1, 0.8, 0.5),
                _record("ours_baseline", 0, 0.2, 0.5), _record("ours_baseline", 1, 0.4, 0.6),
                _record("verl_baseline", 0, 0.25, 0.5), _record("verl_baseline", 1, 0.35, 0.6)]
-    start = noisy.initial(spec)
-    table = noisy.summarize(records, start)
+    start = noisy_analysis.initial(spec)
+    table = noisy_analysis.summarize(records, start)
     grpo = table["0.01"]["verl_grpo"]
     assert grpo["flat_kl_from_start"]["mean"] == pytest.approx(0.9)
     assert grpo["flat_entropy_drop"]["per_seed"] == pytest.approx([start[P + "flat_entropy"] - 2.0,
                                                                    start[P + "flat_entropy"] - 2.2])
-    verdict = noisy.verdicts(table)["0.01"]
-    assert verdict["flat_moved_more"] and verdict["flat_kl_from_start"]["per_seed"] == pytest.approx([0.8, 0.4])
-    assert not verdict["noise_as_signal"]  # equal flat advantage rms (0.5) in the synthetic runs
+    assert grpo["informative_reward_rise"]["per_seed"] == [0.0, 0.0]  # constant synthetic series
+    verdict = noisy_analysis.verdicts(table)["0.01"]
+    assert verdict["answers"] == {"noise_as_signal": "mixed", "flat_moved_more": "yes",  # equal flat adv rms 0.5
+                                  "informative_reward_lower_for_grpo": "yes"}
+    assert verdict["plain"] == "yes" and verdict["flat_kl_from_start"]["per_seed"] == pytest.approx([0.8, 0.4])
     assert verdict["flat_kl_from_start"]["ratio"] == pytest.approx(3.0)
     assert verdict["control"]["flat_kl_from_start"]["per_seed"] == pytest.approx([-0.05, 0.05])
     grpo_moved_less = [_record("verl_grpo", 0, 0.1, 0.4), _record("ours_baseline", 0, 0.2, 0.5)]
-    assert not noisy.verdicts(noisy.summarize(grpo_moved_less, start))["0.01"]["flat_moved_more"]
+    moved_less = noisy_analysis.verdicts(noisy_analysis.summarize(grpo_moved_less, start))["0.01"]
+    assert moved_less["answers"]["flat_moved_more"] == "no" and moved_less["plain"] == "partly"
     control = (_record("verl_grpo", 0, 0.3, 0.45, noise_std=0.0), _record("ours_baseline", 0, 0.15, 0.5, noise_std=0.0))
-    effect = noisy.noise_effect(table, noisy.summarize(list(control), start))["0.01"]
+    clean = noisy_analysis.summarize(list(control), start)
+    effect = noisy_analysis.noise_effect(table, clean)["0.01"]
     assert effect["verl_grpo"]["seeds"] == [0]
     assert effect["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
     assert effect["ours_baseline"]["informative_true_reward"]["diff_mean"] == pytest.approx(0.0)
-    noisy.write(tmp_path, records, spec, control=control)
+    # seed 0: GRPO minus ours noise-free -0.05, noisy -0.1: the noise's part -0.05, half of the noisy difference
+    part = noisy_analysis.noise_part(table, clean)["0.01"]
+    assert part["seeds"] == [0]
+    reward = part["informative_true_reward"]
+    assert reward["noise_free"]["per_seed"] == pytest.approx([-0.05])
+    assert reward["noisy"]["per_seed"] == pytest.approx([-0.1])
+    assert reward["noise_part"]["per_seed"] == pytest.approx([-0.05]) and reward["share"] == pytest.approx(0.5)
+    noisy_report.write(tmp_path, records, spec, control=control)
     for name in ("noisy_lr0.01.png", "noise_free_lr0.01.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "report.md").read_text()
-    assert "| verl GRPO | 0.450 ± 0.071 |" in text
-    assert "GRPO's flat prompts further from the start: yes" in text
+    assert "| verl GRPO | 2 | 0.450 ± 0.071 |" in text
     assert "with this model, at lr 0.01? Yes**: flat prompts moved further: yes; informative ones learned more " \
            "slowly: yes." in text
-    assert "- GRPO's flat advantages are larger (noise presented as signal): **mixed**. GRPO 0.500" in text
+    assert "- GRPO's flat advantages are larger (noise presented as signal); endpoint flat advantage rms: " \
+           "**mixed**. GRPO 0.500" in text
     assert "(true reward at least 1.6 in every seed): **no** (per seed 0.500)." in text
     assert "`verl-rfpp curves --task noisy --design separate --out DIR --steps 6 --seeds 2 --control 1 " \
            "--lrs 0.01`" in text
+    assert "  - the noise's part: -0.050 ± 0.000 (per seed -0.050; 0 of 1 positive; sign-flip p = 1.000, sign " \
+           "test p = 1.000; no t-interval), 50% of the noisy difference." in text
+    assert "bootstrap [" not in text
     results = json.loads((tmp_path / "results.json").read_text())
-    assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["flat_moved_more"]
+    assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["answers"]["flat_moved_more"] == "yes"
     assert "verl GRPO, noisy minus noise-free (seeds [0]):\n- flat entropy drop (nats): +0.700 ± 0.000" in text
-    assert "- flat KL from start: +0.700 ± 0.000 (per seed +0.700; 1 of 1 positive, sign test p = 1.000" in text
+    assert "- flat KL from start: +0.700 ± 0.000 (per seed +0.700; 1 of 1 positive; sign-flip p = 1.000, sign test " \
+           "p = 1.000; no t-interval)" in text
     assert results["noise_effect"]["0.01"]["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
     schema = (Path(__file__).resolve().parents[2] / "docs" / "curves" / "noisy" / "schema.md").read_text()
     keys = set(results) | set(results["settings"]) | set(results["summary"]["0.01"]["verl_grpo"])
     keys |= set(results["verdicts"]["0.01"]) | set(results["verdicts"]["0.01"]["flat_kl_from_start"])
+    keys |= set(results["verdicts"]["0.01"]["answers"])
     keys |= set(results["runs"][0]) | set(results["runs"][0]["metrics"])
     keys |= set(results["noise_effect"]["0.01"]["verl_grpo"])
+    keys |= set(results["noise_part"]["0.01"]) | set(results["noise_part"]["0.01"]["flat_kl_from_start"])
+    keys |= set(results["matched"]["0.01"]["0.5"])
     undocumented = sorted(k for k in keys if f"`{k}`" not in schema)
     assert not undocumented, f"docs/curves/noisy/schema.md lacks {undocumented}"
+
+
+def test_matched_progress_by_hand():
+    """The flat KL where each method first reaches each level, from every step's probe."""
+    def run(key, seed, rewards, kls):
+        record = _record(key, seed, 0.0, 0.0, steps=len(rewards))
+        record["metrics"][P + "informative_true_reward"] = list(enumerate(rewards, start=1))
+        record["metrics"][P + "flat_kl_from_start"] = list(enumerate(kls, start=1))
+        return record
+
+    records = [run("verl_grpo", 0, [0.2, 0.6, 1.1, 1.2], [0.1, 0.3, 0.5, 0.9]),
+               run("ours_baseline", 0, [0.5, 1.0, 1.4, 1.45], [0.2, 0.4, 0.6, 0.8]),
+               run("verl_grpo", 1, [0.6, 0.7, 0.8, 0.9], [0.1, 0.2, 0.3, 0.4]),
+               run("ours_baseline", 1, [0.1, 0.5, 1.2, 1.6], [0.05, 0.15, 0.25, 0.35])]
+    assert noisy_analysis.first_reaching(records[0], 0.5) == 2
+    assert noisy_analysis.first_reaching(records[0], 1.5) is None
+    table = noisy_analysis.matched(records)["0.01"]
+    half = table["0.5"]  # GRPO at steps 2 and 1, ours at 1 and 2
+    assert half["seeds"] == [0, 1] and half["steps"] == {"verl_grpo": [2, 1], "ours_baseline": [1, 2]}
+    assert half["difference"]["per_seed"] == pytest.approx([0.3 - 0.2, 0.1 - 0.15])
+    one = table["1"]  # GRPO never reaches 1.0 in seed 1
+    assert one["seeds"] == [0] and one["not_reached"] == [1] and one["steps"]["verl_grpo"] == [3]
+    assert one["difference"]["per_seed"] == pytest.approx([0.5 - 0.4])
+    assert table["1.5"]["seeds"] == []
+
+
+def test_the_command_line_names_one_command_per_seed_count():
+    records = [_record(key, seed, 0.1, 0.1) for key in ("verl_grpo", "ours_baseline") for seed in range(3)]
+    records += [_record("verl_baseline", seed, 0.1, 0.1) for seed in range(2)]
+    control = tuple({**r, "noise_std": 0.0} for r in records)
+    assert noisy_report.command_line("separate", records, control) == (
+        "`verl-rfpp curves --task noisy --design separate --out DIR --steps 6 --seeds 2 --control 2 --lrs 0.01`, then "
+        "`verl-rfpp curves --task noisy --design separate --out DIR --steps 6 --seeds 3 --control 3 --lrs 0.01 "
+        "--methods ours_baseline verl_grpo`")
+
+
+def test_the_committed_report_and_results_are_what_the_rule_says(spec):
+    """Every word and number of report.md's generated part, results.json's summaries and verdicts,
+    and docs/bandit.md's paragraph on these runs are recomputed from results.json's runs: a sentence
+    that disagrees with them fails here."""
+    committed = Path(__file__).resolve().parents[2] / "docs" / "curves" / "noisy"
+    records, control = noisy_report.load(committed / "results.json")
+    saved = json.loads((committed / "results.json").read_text())
+    recomputed = json.loads(json.dumps(noisy_report.results(records, spec, control)))
+    for key in ("summary", "verdicts", "control_summary", "noise_effect", "noise_part", "matched"):
+        assert recomputed[key] == saved[key], key
+    text = (committed / "report.md").read_text()
+    generated = noisy_report.report(records, spec, control)
+    assert text.startswith(generated), "docs/curves/noisy/report.md differs from what its results.json gives"
+    words = " ".join(text[len(generated):].split())
+    for claim in noisy_analysis.CLAIMS:  # the hand-written notes repeat no verdict
+        assert claim.text not in words
+    bandit = " ".join((committed.parents[1] / "bandit.md").read_text().split())
+    assert " ".join(noisy_report.bandit_paragraph(saved).split()) in bandit
 
 
 def test_quick_run_refuses_bad_arguments(tmp_path, capsys):

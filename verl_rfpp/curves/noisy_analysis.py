@@ -1,0 +1,248 @@
+"""What the noisy task's runs show, as numbers and the verdict's words: the summary over seeds,
+GRPO against our REINFORCE++-baseline seed by seed (``stats.paired``), each claim's word by the
+rule fixed when only seed 0 had run (``answer``), the part of a difference the noise caused, and
+the flat prompts' movement at matched progress."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from verl_rfpp.curves import noisy_task
+from verl_rfpp.curves.series import mean, series, std
+from verl_rfpp.curves.stats import paired
+
+WINDOW = 5  # steps averaged at the end of a run
+P = noisy_task.PREFIX
+LEARNED = 1.6  # informative true reward the noise-free baseline must reach in every seed (issue 32)
+LEVELS = (0.5, 1.0, 1.5)  # informative true reward levels of the matched-progress comparison, set before reading
+GRPO, OURS, VERL = "verl_grpo", "ours_baseline", "verl_baseline"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim the verdict answers: its pre-set endpoint ``measure`` (GRPO minus our baseline, a
+    paired difference), the ``sign`` it claims, the measure's derived ``twin`` (shown beside, not
+    judged) and, for a claim true by construction, why (its word is shown, no test)."""
+
+    key: str
+    measure: str
+    sign: int
+    text: str
+    twin: Optional[str] = None
+    construction: Optional[str] = None
+
+
+CLAIMS = (
+    Claim("noise_as_signal", "flat_adv_rms", 1, "GRPO's flat advantages are larger (noise presented as signal)",
+          construction="GRPO divides each group of 16 by its own std (ddof 1), so its flat advantages have rms "
+                       "sqrt(15/16) = 0.968 whatever the noise's size, and the baselines' scale with the noise: "
+                       "a check that the runs are what they claim, with no test"),
+    Claim("flat_moved_more", "flat_kl_from_start", 1, "GRPO's flat prompts moved further from their start",
+          twin="flat_entropy_drop"),
+    Claim("informative_reward_lower_for_grpo", "informative_true_reward", -1,
+          "GRPO learned the informative prompts more slowly (lower informative true reward at the end)"),
+)
+CONSEQUENCES = ("flat_moved_more", "informative_reward_lower_for_grpo")  # the plain answer's two parts
+TWIN_NOTE = ("the flat prompts start near uniform (The task, below), and for a uniform start "
+             "KL(pi || pi_start) = ln |V| - H(pi), so the entropy drop and the KL from the start measure the same "
+             "movement here")
+
+
+def initial(spec: dict) -> dict[str, float]:
+    """The probe's policy metrics of the initial model (step 0, the same for every run)."""
+    return noisy_task.policy_metrics(spec, [row["start"] for row in spec["prompts"]])
+
+
+def best_quality(spec: dict) -> float:
+    """Mean over informative prompts of the best answer's true quality (what a solved prompt earns)."""
+    rows = [row for row in spec["prompts"] if row["kind"] == "informative"]
+    return mean([max(row["quality"]) for row in rows])
+
+
+def prompt_blind_quality(spec: dict) -> float:
+    """The best a policy that ignores the prompt can earn on the informative prompts: the largest
+    mean over informative prompts of one answer's true quality."""
+    rows = [row for row in spec["prompts"] if row["kind"] == "informative"]
+    return max(mean([row["quality"][token] for row in rows]) for token in range(len(rows[0]["quality"])))
+
+
+def group(records: list[dict]) -> dict[float, dict[str, list[dict]]]:
+    """``{lr: {method key: [records by seed]}}``."""
+    grouped: dict[float, dict[str, list[dict]]] = {}
+    for record in sorted(records, key=lambda r: r["seed"]):
+        grouped.setdefault(record["lr"], {}).setdefault(record["method"]["key"], []).append(record)
+    return grouped
+
+
+def group_noise(records: list[dict]) -> dict[tuple[float, float], dict[str, list[dict]]]:
+    """``{(lr, noise_std): {method key: [records by seed]}}``."""
+    grouped: dict[tuple[float, float], dict[str, list[dict]]] = {}
+    for record in sorted(records, key=lambda r: r["seed"]):
+        by_method = grouped.setdefault((record["lr"], record["noise_std"]), {})
+        by_method.setdefault(record["method"]["key"], []).append(record)
+    return grouped
+
+
+def summarize(records: list[dict], start: dict[str, float]) -> dict[str, dict[str, dict]]:
+    """Per lr and method, over seeds (mean, sample std, the per-seed values), at the end of the runs
+    (mean of the last WINDOW steps): informative true reward, flat entropy and its drop from the
+    start, KL from the start, the flat-informative total variation gap, and the informative true
+    reward's rise over those steps (last minus WINDOW steps before); over all steps: the
+    advantages' rms on flat and informative rows and the sampled noise std."""
+    table: dict[str, dict[str, dict]] = {}
+    for lr, methods in group(records).items():
+        table[str(lr)] = {}
+        for key, runs in methods.items():
+            row: dict = {"label": runs[0]["method"]["label"], "seeds": [r["seed"] for r in runs],
+                         "seconds": mean([r["seconds"] for r in runs]), "proof": sorted({r["proof"] for r in runs})}
+            ends = {
+                "informative_true_reward": [mean(series(r, P + "informative_true_reward")[-WINDOW:]) for r in runs],
+                "flat_entropy": [mean(series(r, P + "flat_entropy")[-WINDOW:]) for r in runs],
+                "flat_kl_from_start": [mean(series(r, P + "flat_kl_from_start")[-WINDOW:]) for r in runs],
+                "informative_kl_from_start": [mean(series(r, P + "informative_kl_from_start")[-WINDOW:])
+                                              for r in runs],
+                "flat_adv_rms": [mean(series(r, P + "flat_adv_rms")) for r in runs],
+                "informative_adv_rms": [mean(series(r, P + "informative_adv_rms")) for r in runs],
+                "noise_std_sampled": [mean(series(r, P + "noise_std_sampled")) for r in runs],
+            }
+            ends["flat_entropy_drop"] = [start[P + "flat_entropy"] - e for e in ends["flat_entropy"]]
+            rewards = [series(r, P + "informative_true_reward") for r in runs]
+            if all(len(s) > WINDOW for s in rewards):
+                ends["informative_reward_rise"] = [s[-1] - s[-1 - WINDOW] for s in rewards]
+            if all(series(r, P + "flat_informative_tv") for r in runs):  # runs before the gap was probed lack it
+                ends["flat_informative_tv"] = [mean(series(r, P + "flat_informative_tv")[-WINDOW:]) for r in runs]
+            for name, values in ends.items():
+                row[name] = {"mean": mean(values), "std": std(values), "per_seed": values}
+            table[str(lr)][key] = row
+    return table
+
+
+NOISE_MEASURES = ("flat_entropy_drop", "flat_kl_from_start", "informative_true_reward")  # the policy's own
+PAIRED_MEASURES = (*NOISE_MEASURES, "flat_adv_rms", "informative_adv_rms")
+
+
+def pair(a: dict, b: dict, name: str) -> dict:
+    """``a`` minus ``b`` on measure ``name``, seed by seed over the seeds both ran (``stats.paired``),
+    and the ratio of their means."""
+    both = sorted(set(a["seeds"]) & set(b["seeds"]))
+    left = [a[name]["per_seed"][a["seeds"].index(s)] for s in both]
+    right = [b[name]["per_seed"][b["seeds"].index(s)] for s in both]
+    return {"seeds": both, **paired(left, right), "ratio": mean(left) / mean(right) if mean(right) else float("inf")}
+
+
+def answer(d: dict, sign: int) -> str:
+    """The verdict's rule on one paired difference ``d``, fixed when only seed 0 had run:
+    ``yes`` when ``sign`` times it is positive in every seed, ``no`` when negative in every seed,
+    ``mixed`` otherwise (docs/curves/noisy/report.md, Verdict)."""
+    if d["per_seed"] and all(sign * x > 0 for x in d["per_seed"]):
+        return "yes"
+    if d["per_seed"] and all(sign * x < 0 for x in d["per_seed"]):
+        return "no"
+    return "mixed"
+
+
+def plain(answers: dict[str, str]) -> str:
+    """The plain answer from the two consequences' words: yes when both hold, no when neither does,
+    partly otherwise."""
+    words = [answers[key] for key in CONSEQUENCES]
+    return "yes" if all(w == "yes" for w in words) else "no" if "yes" not in words else "partly"
+
+
+def verdicts(table: dict[str, dict[str, dict]]) -> dict:
+    """Per lr, GRPO against our REINFORCE++-baseline, seed by seed (same seeds: data order, start,
+    sampling and noise streams): GRPO minus baseline on every ``PAIRED_MEASURES`` (``pair``), each
+    claim's word (``answers``, by ``answer`` on its endpoint) and the ``plain`` answer. And the
+    control: ours minus verl's REINFORCE++-baseline."""
+    out = {}
+    for lr, rows in table.items():
+        if GRPO not in rows or OURS not in rows:
+            continue
+        grpo, ours = rows[GRPO], rows[OURS]
+        verdict: dict = {"seeds": sorted(set(grpo["seeds"]) & set(ours["seeds"]))}
+        verdict.update({name: pair(grpo, ours, name) for name in PAIRED_MEASURES})
+        verdict["answers"] = {claim.key: answer(verdict[claim.measure], claim.sign) for claim in CLAIMS}
+        verdict["plain"] = plain(verdict["answers"])
+        if VERL in rows:
+            verdict["control"] = {name: pair(ours, rows[VERL], name) for name in PAIRED_MEASURES}
+        out[lr] = verdict
+    return out
+
+
+def noise_effect(table: dict[str, dict[str, dict]], control: dict[str, dict[str, dict]]) -> dict:
+    """Per lr and method run both ways: the noisy run minus the noise-free control, seed by seed
+    (same seeds, data order and sampling streams), on ``NOISE_MEASURES``: what the noise itself did."""
+    out: dict = {}
+    for lr, rows in control.items():
+        for key, clean in rows.items():
+            noisy_row = table.get(lr, {}).get(key)
+            if noisy_row:
+                out.setdefault(lr, {})[key] = {
+                    "seeds": sorted(set(noisy_row["seeds"]) & set(clean["seeds"])),
+                    **{name: pair(noisy_row, clean, name) for name in NOISE_MEASURES}}
+    return out
+
+
+def _at(row: dict, name: str, seed: int) -> float:
+    """A summary row's ``name`` in ``seed``."""
+    return row[name]["per_seed"][row["seeds"].index(seed)]
+
+
+def noise_part(table: dict[str, dict[str, dict]], control: dict[str, dict[str, dict]]) -> dict:
+    """Per lr and claim endpoint in ``NOISE_MEASURES``, over the seeds GRPO and our baseline ran
+    both ways: GRPO minus the baseline noise-free (``noise_free``), with noise (``noisy``), and the
+    part the noise caused (``noise_part``: noisy minus noise-free, paired, i.e. the noise's effect
+    on GRPO minus its effect on the baseline); ``share``: that part's mean over the noisy
+    difference's."""
+    out: dict = {}
+    for lr, clean in control.items():
+        rows = table.get(lr, {})
+        if not all(key in rows and key in clean for key in (GRPO, OURS)):
+            continue
+        seeds = sorted(set.intersection(*(set(r[k]["seeds"]) for r in (rows, clean) for k in (GRPO, OURS))))
+        out[lr] = {"seeds": seeds}
+        for name in ("flat_kl_from_start", "informative_true_reward"):
+            noisy_diff = [_at(rows[GRPO], name, s) - _at(rows[OURS], name, s) for s in seeds]
+            clean_diff = [_at(clean[GRPO], name, s) - _at(clean[OURS], name, s) for s in seeds]
+            part = paired(noisy_diff, clean_diff)
+            out[lr][name] = {"noisy": paired(noisy_diff, [0.0] * len(seeds)),
+                             "noise_free": paired(clean_diff, [0.0] * len(seeds)), "noise_part": part,
+                             "share": part["diff_mean"] / mean(noisy_diff) if mean(noisy_diff) else float("nan")}
+    return out
+
+
+def first_reaching(record: dict, level: float) -> Optional[int]:
+    """The first step whose probed informative true reward is at least ``level``, or None."""
+    for step, value in sorted(record["metrics"].get(P + "informative_true_reward", [])):
+        if value >= level:
+            return step
+    return None
+
+
+def at_step(record: dict, tag: str, step: int) -> float:
+    """The run's value of ``tag`` at ``step``."""
+    return dict(record["metrics"][tag])[step]
+
+
+def matched(records: list[dict], levels: tuple[float, ...] = LEVELS) -> dict:
+    """Per lr and level, GRPO against our baseline where each first reaches that informative true
+    reward (``first_reaching``), seed by seed: the steps, each method's flat KL from the start
+    there, and GRPO minus the baseline (paired, over the seeds where both reached it;
+    ``not_reached``: the others)."""
+    out: dict = {}
+    for lr, methods in group(records).items():
+        if GRPO not in methods or OURS not in methods:
+            continue
+        by_seed = {key: {r["seed"]: r for r in methods[key]} for key in (GRPO, OURS)}
+        seeds = sorted(set(by_seed[GRPO]) & set(by_seed[OURS]))
+        out[str(lr)] = {}
+        for level in levels:
+            steps = {key: {s: first_reaching(by_seed[key][s], level) for s in seeds} for key in (GRPO, OURS)}
+            both = [s for s in seeds if steps[GRPO][s] is not None and steps[OURS][s] is not None]
+            kl = {key: [at_step(by_seed[key][s], P + "flat_kl_from_start", steps[key][s]) for s in both]
+                  for key in (GRPO, OURS)}
+            out[str(lr)][f"{level:g}"] = {
+                "seeds": both, "not_reached": [s for s in seeds if s not in both],
+                "steps": {key: [steps[key][s] for s in both] for key in (GRPO, OURS)},
+                "flat_kl_from_start": kl, "difference": paired(kl[GRPO], kl[OURS])}
+    return out

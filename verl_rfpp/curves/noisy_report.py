@@ -1,0 +1,562 @@
+"""The noisy task's results.json, plots and report.md, and docs/bandit.md's paragraph on it: every
+yes / no / mixed they say is ``noisy_analysis``'s rule applied to the runs (``noisy_analysis.answer``),
+so the words cannot drift from ``results.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from verl_rfpp.curves import noisy_task
+from verl_rfpp.curves.noisy_analysis import (
+    CLAIMS,
+    GRPO,
+    LEARNED,
+    LEVELS,
+    NOISE_MEASURES,
+    OURS,
+    PAIRED_MEASURES,
+    TWIN_NOTE,
+    WINDOW,
+    P,
+    best_quality,
+    group,
+    group_noise,
+    initial,
+    matched,
+    noise_effect,
+    noise_part,
+    prompt_blind_quality,
+    summarize,
+    verdicts,
+)
+from verl_rfpp.curves.noisy_runs import NOISE_STD
+from verl_rfpp.curves.runs import METHODS
+from verl_rfpp.curves.series import band, mean, seed_series, series
+
+KEPT = (*noisy_task.METRICS, "critic/score/mean", "cpu/advantages_std", "actor/entropy", "actor/kl_loss",
+        "actor/reward_kl_penalty", "response_length/mean", "timing_s/step")
+GAP_STEPS = (1, 5, 10, 20, 30, 40, 60, 80)
+BY_CONSTRUCTION = ("flat_adv_rms", "informative_adv_rms")  # GRPO's rms is sqrt(15/16) on every group: no test
+LABELS = {"flat_entropy_drop": "flat entropy drop (nats)", "flat_kl_from_start": "flat KL from start",
+          "informative_true_reward": "informative true reward", "flat_adv_rms": "flat advantage rms",
+          "informative_adv_rms": "informative advantage rms"}
+
+
+def output_name(design: str, name: str) -> str:
+    """The name under ``--out`` of a file the ``design`` writes: the separate design's as named,
+    another design's prefixed with its key (``shared-report.md``), so one ``--out`` holds both."""
+    return name if design == noisy_task.SEPARATE.key else f"{design}-{name}"
+
+
+def plots(out: Path, records: list[dict], start: dict[str, float], best: float, blind: float,
+          design: str) -> list[Path]:
+    """One figure per lr and noise level: informative true reward, flat entropy, flat KL from the
+    start, the flat-informative gap, advantage rms on flat and on informative rows; line: mean over
+    seeds, band: min..max."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    panels = ((P + "informative_true_reward", "informative prompts: true reward E[q]", best, "best answer per prompt"),
+              (P + "flat_entropy", "flat prompts: answer entropy (nats)", start[P + "flat_entropy"], "start"),
+              (P + "flat_kl_from_start", "flat prompts: KL(pi || pi_start)", None, None),
+              (P + "flat_informative_tv", "flat vs informative prompts: total variation", None, None),
+              (P + "flat_adv_rms", "flat prompts: advantage rms", None, None),
+              (P + "informative_adv_rms", "informative prompts: advantage rms", None, None))
+    for (lr, noise), methods in group_noise(records).items():
+        figure, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+        for axis, (tag, title, level, level_label) in zip(axes.flat, panels, strict=True):
+            for runs in methods.values():
+                seeds = len(seed_series(runs, tag))
+                band(axis, runs, tag, f"{runs[0]['method']['label']} ({seeds} seeds)", alpha=0.12)
+            if level is not None:
+                axis.axhline(level, color="grey", linestyle=":", label=level_label)
+            if tag == P + "informative_true_reward":
+                axis.axhline(blind, color="grey", linestyle="-.", label="best prompt-blind answer")
+            axis.set(xlabel="training step", title=title)
+            axis.ticklabel_format(axis="y", useOffset=False)
+            if tag != P + "informative_true_reward":
+                axis.set_ylim(bottom=0)
+            axis.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        figure.suptitle(f"reward noise N(0, {noise:g}^2), lr {lr:g}: line mean over seeds, band min..max", fontsize=10)
+        figure.tight_layout()
+        path = out / output_name(design, f"noisy_lr{lr:g}.png" if noise else f"noise_free_lr{lr:g}.png")
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def _cell(row: dict, name: str, digits: int = 3) -> str:
+    if name not in row:
+        return "not probed"
+    return f"{row[name]['mean']:.{digits}f} ± {row[name]['std']:.{digits}f}"
+
+
+def _diff(d: dict, digits: int = 3, tests: bool = True) -> str:
+    """A paired difference in one phrase: mean ± std, the per-seed values, the sign count, and
+    (``tests``) the exact sign-flip and sign tests' p and the t interval."""
+    values = (f"{d['diff_mean']:+.{digits}f} ± {d['diff_std']:.{digits}f} (per seed "
+              f"{', '.join(f'{x:+.{digits}f}' for x in d['per_seed'])}; {d['positive']} of {len(d['per_seed'])} "
+              "positive")
+    if not tests:
+        return values + "; by construction, no test)"
+    interval = (f"95% t-interval [{d['t_95'][0]:+.{digits}f}, {d['t_95'][1]:+.{digits}f}]" if d["t_95"]
+                else "no t-interval")
+    return f"{values}; sign-flip p = {d['sign_flip_p']:.3f}, sign test p = {d['sign_test_p']:.3f}; {interval})"
+
+
+def _count(d: dict, sign: int) -> str:
+    """How many seeds have ``sign``: "4 of 5 seeds"."""
+    return f"{d['positive'] if sign > 0 else d['negative']} of {len(d['per_seed'])} seeds"
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p of the exact sign and sign-flip tests over ``n`` nonzero differences."""
+    return min(1.0, 2 / 2 ** n)
+
+
+def _verdict_lines(lr: str, v: dict, rows: dict, clean_rows: dict) -> list[str]:
+    """The plain answer at ``lr`` and each claim of ``CLAIMS``: its word (``v['answers']``), its
+    pre-set endpoint's paired difference and its twin's; whether the noise-free baseline learned."""
+    words = v["answers"]
+    lines = [f"**Does GRPO's noise-as-signal move the flat prompts further and slow the informative ones, with "
+             f"this model, at lr {lr}? {v['plain'].capitalize()}**: flat prompts moved further: "
+             f"{words['flat_moved_more']}; informative ones learned more slowly: "
+             f"{words['informative_reward_lower_for_grpo']}. GRPO against our REINFORCE++-baseline, paired over "
+             f"seeds {v['seeds']}; one pre-set endpoint per claim:", ""]
+    for claim in CLAIMS:
+        d = v[claim.measure]
+        grpo, ours = rows[GRPO][claim.measure]["mean"], rows[OURS][claim.measure]["mean"]
+        head = (f"- {claim.text}; endpoint {LABELS[claim.measure]}: **{words[claim.key]}**. GRPO {grpo:.3f}, "
+                f"baseline {ours:.3f} ({d['ratio']:.2f}x)")
+        if claim.construction:
+            lines.append(f"{head}; GRPO's larger in {_count(d, claim.sign)}. By construction: {claim.construction}.")
+            continue
+        line = f"{head}; GRPO minus baseline {_diff(d)}."
+        if claim.twin:
+            line += (f" {LABELS[claim.twin].capitalize()}, a derived twin of the endpoint ({TWIN_NOTE}), shown "
+                     f"beside it and not judged: {_diff(v[claim.twin])}.")
+        lines.append(line)
+    if OURS in clean_rows:
+        reached = clean_rows[OURS]["informative_true_reward"]["per_seed"]
+        lines.append(f"- Noise-free, our REINFORCE++-baseline learned the informative prompts (true reward at "
+                     f"least {LEARNED} in every seed): **{'yes' if min(reached) >= LEARNED else 'no'}** (per seed "
+                     f"{', '.join(f'{x:.3f}' for x in reached)}).")
+    n = len(v["seeds"])
+    return lines + [
+        "",
+        "The rule, fixed when only seed 0 had run, before any other seed was read (commit 68f570c): a claim holds "
+        "(**yes**) when GRPO minus the baseline has the claimed sign in every seed, **no** when it has the "
+        "opposite sign in every seed, **mixed** otherwise; the plain answer is yes when both consequences hold, no "
+        "when neither does, partly otherwise. Every yes / no / mixed in this report and in docs/bandit.md is this "
+        "rule's output. The words say whether every seed agreed, not whether a difference is significant: beside "
+        "them, the exact paired sign-flip (permutation) test of the differences, the exact sign test (both "
+        f"two-sided; with {n} seeds neither can go below 2/2^{n} = {smallest_p(n):.4f}) and the 95% Student t "
+        "interval of the mean difference. No bootstrap: with this few seeds a percentile bootstrap is about 0.6 "
+        "times as wide as the t interval and excludes 0 whenever every seed shares a sign.", ""]
+
+
+def _noise_part_lines(lr: str, part: dict) -> list[str]:
+    """Where the noise caused part of a difference: GRPO minus the baseline noise-free, with noise,
+    and the noise's part (noisy minus noise-free, paired)."""
+    if not part:
+        return []
+    lines = [f"## What the noise caused, lr {lr}", "",
+             f"GRPO minus our REINFORCE++-baseline on each endpoint, without noise and with it, and the part the "
+             f"noise caused: the noisy difference minus the noise-free one, seed by seed (the noise's effect on "
+             f"GRPO minus its effect on the baseline), seeds {part['seeds']}:", ""]
+    for name in ("informative_true_reward", "flat_kl_from_start"):
+        cell = part[name]
+        lines += [f"- {LABELS[name]}:",
+                  f"  - noise-free: {_diff(cell['noise_free'])};",
+                  f"  - with noise: {_diff(cell['noisy'])};",
+                  f"  - the noise's part: {_diff(cell['noise_part'])}, {cell['share']:.0%} of the noisy difference."]
+    return lines + [""]
+
+
+def _matched_lines(lr: str, table: dict) -> list[str]:
+    """The flat prompts' KL from the start where each method first reaches each informative true
+    reward level, GRPO minus our baseline, seed by seed."""
+    if not table:
+        return []
+    lines = [f"## Matched progress, lr {lr}", "",
+             "Both methods are still learning at the last step, and GRPO learns the informative prompts more slowly, "
+             "so the flat prompts are also compared where each method first reaches the same informative true "
+             f"reward (levels set before reading: {', '.join(f'{x:g}' for x in LEVELS)}), from the probe of every "
+             "step: the flat KL from the start at that step of each run, GRPO minus our REINFORCE++-baseline, seed "
+             "by seed.", ""]
+    for level, cell in table.items():
+        if not cell["seeds"]:
+            lines.append(f"- informative true reward {level}: reached by both methods in no seed.")
+            continue
+        steps = {key: cell["steps"][key] for key in (GRPO, OURS)}
+        missing = f"; not reached by both in seeds {cell['not_reached']}" if cell["not_reached"] else ""
+        lines.append(
+            f"- informative true reward {level} (seeds {cell['seeds']}{missing}): first reached at step "
+            f"{mean(steps[GRPO]):.1f} by GRPO ({min(steps[GRPO])}-{max(steps[GRPO])}) and "
+            f"{mean(steps[OURS]):.1f} by the baseline ({min(steps[OURS])}-{max(steps[OURS])}); flat KL there "
+            f"{mean(cell['flat_kl_from_start'][GRPO]):.3f} against {mean(cell['flat_kl_from_start'][OURS]):.3f}; "
+            f"GRPO minus baseline {_diff(cell['difference'])}; GRPO's further in {_count(cell['difference'], 1)}.")
+    return lines + [""]
+
+
+def _caveats(lr: str, v: dict, rows: dict) -> list[str]:
+    """What the verdict does not carry, with the numbers that say so."""
+    lines = [f"## What these runs do not show, lr {lr}", ""]
+    rises = {key: rows[key]["informative_reward_rise"] for key in (GRPO, OURS)
+             if "informative_reward_rise" in rows[key]}
+    lines += [
+        "- **One task, one start.** Every seed trains the same quality table (task seed 0) from the same start "
+        "model; a seed changes the data order, the sampling streams and the noise only. The seeds measure how "
+        "runs of this one task vary, not how tasks or models do.",
+    ]
+    if rises:
+        lines.append("- **Nothing has converged at the last step.** The informative true reward still rose over the "
+                     f"last {WINDOW} steps: " + "; ".join(
+                         f"{rows[key]['label']} {cell['mean']:+.3f} (up in {sum(x > 0 for x in cell['per_seed'])} "
+                         f"of {len(cell['per_seed'])} seeds)" for key, cell in rises.items())
+                     + ". The verdict is read at one horizon; the matched-progress comparison above reads the flat "
+                       "prompts at equal progress instead.")
+    lines += [
+        f"- **Flat entropy drop and flat KL from the start are one measure here** ({TWIN_NOTE}); only the KL is an "
+        "endpoint.",
+        f"- **Few seeds.** {len(v['seeds'])} paired seeds; the tests above are exact for that count, and a sign "
+        "count of every seed is the strongest evidence it can give.",
+    ]
+    if "control" in v:
+        gap = max(abs(x) for x in v["control"]["flat_kl_from_start"]["per_seed"])
+        lines.append(f"- **Two implementations of one method drift apart.** Ours and verl's REINFORCE++-baseline "
+                     f"compute the same advantages, yet their flat KL differs by up to {gap:.3f} in a seed (control, "
+                     "below): float differences grow over the run, which sets the scale below which a difference "
+                     "between methods means little.")
+    return lines + [""]
+
+
+BANDIT = {  # docs/bandit.md's numbers, for the claim-by-claim table
+    "setting": "tabular softmax: each prompt's logits its own, nothing shared; plain SGD; 256 prompts x 10 answers, "
+               "100 steps; 5 seeds, means",
+    "construction": "by construction (not measured there)",
+    "clean": "yes, by construction (advantage 0, gradient 0)",
+    "baseline": "yes: flat entropy drop 0.26 at lr 100 (start 2.30), 0.003 at lr 30",
+    "drift": "yes: entropy drop 0.71 against 0.26 at lr 100, 0.06 against 0.003 at lr 30",
+    "slower": "at lr 30 yes (1.072 against 1.325, of 1.528); at lr 100 no (1.452 against 1.446)",
+}
+
+
+def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, part: dict, best: float,
+                  steps: int, spec: dict) -> list[str]:
+    """The bandit's claims against these runs, the verl column's words by the rule."""
+    n = len(v["seeds"])
+    words = v["answers"]
+    flat, slow = v["flat_kl_from_start"], v["informative_true_reward"]
+    lines = ["## The bandit and this model, claim by claim", "",
+             f"| claim | the bandit ([docs/bandit.md](../../bandit.md)) | verl's trainer, this model ({n} seeds, "
+             "paired; words by the rule above) |", "| --- | --- | --- |",
+             f"| setting | {BANDIT['setting']} | {spec.get('parameters', '?'):,}-parameter Qwen2: each prompt its own "
+             f"input row, shared layers and output layer; AdamW, lr {lr}; {len(spec['prompts'])} prompts x "
+             f"{len(spec['answers'])} tokens, {steps} steps; {n} seeds, paired |",
+             f"| GRPO presents the flat prompts' noise as full-size advantages | {BANDIT['construction']} | "
+             f"**{words['noise_as_signal']}** (by construction): rms {rows[GRPO]['flat_adv_rms']['mean']:.3f} "
+             f"against {rows[OURS]['flat_adv_rms']['mean']:.3f} ({v['flat_adv_rms']['ratio']:.2f}x) |"]
+    if clean_rows:
+        kls = [clean_rows[key]["flat_kl_from_start"]["mean"] for key in clean_rows]
+        noisy_kls = [rows[key]["flat_kl_from_start"]["mean"] for key in rows]
+        lines.append(f"| without noise the flat prompts stay where they start | {BANDIT['clean']} | flat KL "
+                     f"{min(kls):.2f}-{max(kls):.2f} noise-free, against {min(noisy_kls):.2f}-{max(noisy_kls):.2f} "
+                     "with noise |")
+    if OURS in effect:
+        moved = effect[OURS]["flat_kl_from_start"]
+        lines.append(f"| the noise barely moves the baseline's flat prompts | {BANDIT['baseline']} | the noise moved "
+                     f"them in {_count(moved, 1)}: flat KL {moved['diff_mean']:+.2f} over noise-free |")
+    grpo, ours = rows[GRPO], rows[OURS]
+    lines.append(f"| GRPO's flat prompts drift further than the baseline's | {BANDIT['drift']} | "
+                 f"**{words['flat_moved_more']}** at step {steps}: flat KL {grpo['flat_kl_from_start']['mean']:.2f} "
+                 f"against {ours['flat_kl_from_start']['mean']:.2f}, GRPO's larger in {_count(flat, 1)} |")
+    slow_text = (f"**{words['informative_reward_lower_for_grpo']}**: {grpo['informative_true_reward']['mean']:.2f} "
+                 f"against {ours['informative_true_reward']['mean']:.2f} (of {best:.2f}), GRPO's lower in "
+                 f"{_count(slow, -1)}")
+    if part:
+        cell = part["informative_true_reward"]
+        slow_text += (f"; over the {len(part['seeds'])} seeds also run noise-free, GRPO was already "
+                      f"{cell['noise_free']['diff_mean']:+.2f} without noise, the noise's part "
+                      f"{cell['noise_part']['diff_mean']:+.2f} ({cell['share']:.0%})")
+    lines.append(f"| GRPO learns the informative prompts more slowly | {BANDIT['slower']} | {slow_text} |")
+    return lines + [""]
+
+
+def bandit_paragraph(results: dict) -> str:
+    """docs/bandit.md's paragraph on the verl runs, from ``results`` (results.json of the separate
+    design): each word the rule's, each number read from it."""
+    lr = next(iter(results["verdicts"]))
+    v, rows = results["verdicts"][lr], results["summary"][lr]
+    part = results.get("noise_part", {}).get(lr)
+    level = results.get("matched", {}).get(lr, {}).get(f"{LEVELS[0]:g}")
+    flat, slow = v["flat_kl_from_start"], v["informative_true_reward"]
+    text = (f"In verl's real trainer, with a small network and AdamW instead of a table and SGD "
+            f"([curves/noisy/report.md](curves/noisy/report.md), {len(v['seeds'])} paired seeds), the report's rule "
+            f"(the claimed sign in every seed) gives: GRPO's flat advantages are full-size there too (rms "
+            f"{v['flat_adv_rms']['ratio']:.2f}x the baseline's, by construction); GRPO learned the informative prompts "
+            f"more slowly: {v['answers']['informative_reward_lower_for_grpo']} (lower in {_count(slow, -1)}, "
+            f"{rows[GRPO]['informative_true_reward']['mean']:.2f} against "
+            f"{rows[OURS]['informative_true_reward']['mean']:.2f}")
+    if part:
+        text += (f"; over the {len(part['seeds'])} seeds also run noise-free, the noise caused "
+                 f"{part['informative_true_reward']['share']:.0%} of the gap")
+    text += (f"); GRPO's flat prompts moved further: {v['answers']['flat_moved_more']} (further in {_count(flat, 1)} "
+             f"at the last step")
+    if level and level["seeds"]:
+        text += f", in {_count(level['difference'], 1)} where both first reach informative true reward {LEVELS[0]:g}"
+    return text + "). That report compares the two claim by claim."
+
+
+def _gap_table(records: list[dict], title: str) -> list[str]:
+    """Per method, the flat-informative total variation gap at GAP_STEPS, mean (min..max) over seeds."""
+    if not all(series(r, P + "flat_informative_tv") for r in records):
+        return [f"({title}: not probed in these runs)"]
+    steps = [s for s in GAP_STEPS if s <= records[0]["steps"]]
+    lines = [f"| {title} | " + " | ".join(f"step {s}" for s in steps) + " |",
+             "| --- |" + " --- |" * len(steps)]
+    for runs in group(records)[records[0]["lr"]].values():
+        cells = []
+        for step in steps:
+            values = [series(r, P + "flat_informative_tv")[step - 1] for r in runs]
+            cells.append(f"{mean(values):.3f} ({min(values):.3f}..{max(values):.3f})")
+        lines.append(f"| {runs[0]['method']['label']} ({len(runs)} seeds) | " + " | ".join(cells) + " |")
+    return lines
+def _task_text(spec: dict, noise: float) -> str:
+    """The task paragraph of report.md, for the spec's design."""
+    design = noisy_task.DESIGNS[spec["design"]]
+    informative = [row["text"] for row in spec["prompts"] if row["kind"] == "informative"]
+    flat = [row["text"] for row in spec["prompts"] if row["kind"] == "flat"]
+    if design.one_token:
+        seeing = ("whose input and output embeddings are separate matrices. Each prompt is one token of its own "
+                  "and the last token of its templated prompt (`<|im_start|>a`), so the answer is read at the "
+                  "position of the prompt's own embedding")
+    else:
+        seeing = ("whose output layer is its input embedding (tied). A prompt is two tokens, its kind and a digit, "
+                  "each shared with other prompts, between chat markers (`<|im_start|>i3<|im_end|><|im_start|>`), so "
+                  "the answer's position tells prompts apart only through attention")
+    return (
+        f"A contextual bandit: {len(spec['prompts'])} prompts, {len(informative)} informative "
+        f"(`{informative[0]}`..`{informative[-1]}`) and {len(flat)} flat (`{flat[0]}`..`{flat[-1]}`), answered "
+        "with one token (`data.max_response_length=1`) by a tiny random Qwen2 (hidden 32, 2 layers, "
+        f"{spec.get('parameters', '?')} parameters, {len(spec['answers'])}-token vocabulary) {seeing} "
+        f"(design `{design.key}`). The answer is that token's text ({len(set(spec['answers']))} distinct answers; "
+        "the special tokens and the newline all read as the empty answer). True quality: N(0, 1) draws per "
+        f"informative prompt and answer (fixed, task seed {spec['task_seed']}), 0 for every answer of a flat "
+        f"prompt. Observed reward: true quality plus N(0, {noise:g}^2) noise (a learned reward model's noise), "
+        "drawn per sample from a stream seeded by the run seed and the sample's identity (step, prompt, sample), "
+        "so every method of one seed sees the same noise for the same sample. Every step trains on "
+        f"{design.prompts_per_step} prompts (half informative, half flat, in an order drawn by the run seed) x "
+        f"{design.samples} samples, one optimizer step (AdamW, lr {design.lr:g} unless the table says "
+        "otherwise), the validated recipe of each estimator otherwise (KL loss 0.01; REINFORCE++: KL in the "
+        "reward). Runs are deterministic ([same seed, same run](../../cpu-backend.md#same-seed-same-run)): one "
+        "seed fixes the data order, the sampling streams and the noise, and the model starts from the same "
+        "weights in every run, so the methods' runs of one seed are paired.")
+
+
+def command_line(design: str, records: list[dict], control: tuple[dict, ...] = ()) -> str:
+    """The commands that reproduce these runs' report in one ``--out`` (each reuses the runs
+    finished there, and the report covers every finished run): one per distinct seed count, the
+    methods run that many seeds or more, the fewest first."""
+    def seeds_of(runs: list[dict]) -> dict[str, int]:
+        found: dict[str, set] = {}
+        for r in runs:
+            found.setdefault(r["method"]["key"], set()).add(r["seed"])
+        return {key: len(seeds) for key, seeds in found.items()}
+
+    design_record, lrs = noisy_task.DESIGNS[design], sorted({r["lr"] for r in records})
+    order = [m.key for m in METHODS]
+    noisy_counts, clean_counts = seeds_of(records), seeds_of(list(control))
+    commands = []
+    for count in sorted(set(noisy_counts.values())):
+        methods = sorted((key for key, n in noisy_counts.items() if n >= count), key=order.index)
+        words = ["verl-rfpp curves --task noisy", f"--design {design}", "--out DIR", f"--steps {records[0]['steps']}",
+                 f"--seeds {count}"]
+        clean = [clean_counts[key] for key in methods if key in clean_counts]
+        if clean:
+            words.append(f"--control {min(min(clean), count)}")
+        if lrs != [design_record.lr]:
+            words.append("--lrs " + " ".join(f"{lr:g}" for lr in lrs))
+        if set(methods) != set(design_record.methods):
+            words.append("--methods " + " ".join(methods))
+        if records[0]["noise_std"] != NOISE_STD:
+            words.append(f"--noise-std {records[0]['noise_std']:g}")
+        commands.append(f"`{' '.join(words)}`")
+    return ", then ".join(commands)
+
+
+def _runs_phrase(records: list[dict]) -> str:
+    """"verl GRPO, ours REINFORCE++-baseline x 8 seeds, verl REINFORCE++-baseline x 5 seeds"."""
+    counts: dict[int, list[str]] = {}
+    for runs in group(records)[records[0]["lr"]].values():
+        counts.setdefault(len(runs), []).append(runs[0]["method"]["label"])
+    return ", ".join(f"{' and '.join(labels)} x {n} seeds" for n, labels in sorted(counts.items(), reverse=True))
+
+
+PROBES = (
+    "Measured every step by the CPU backend's metrics probe (`noisy_task.probe`, in verl's driver, "
+    "added to the step's metrics): exact functionals of the policy after the step's update (the rollout "
+    "server's weights, pushed by verl after the update; `noisy/probe_policy_step` records the step they "
+    "belong to), computed from the answer distribution pi(. | prompt) over the whole vocabulary, no "
+    "sampling: `noisy/informative_true_reward` (mean over informative prompts of E_pi[q]), "
+    "`noisy/flat_entropy` (mean entropy of the flat prompts' answer distribution, nats), "
+    "`noisy/flat_kl_from_start` (mean KL(pi || pi_start) on flat prompts: how far their answer "
+    "distribution moved, where nothing was to be learned), `noisy/flat_informative_tv` (mean total "
+    "variation distance between a flat and an informative prompt's answer distributions, over all "
+    "pairs: 0 for a policy that answers every prompt alike). From the step's batch: `noisy/flat_adv_rms`, "
+    "`noisy/informative_adv_rms` (root mean square of the advantages verl trained on, flat and "
+    "informative rows) and `noisy/noise_std_sampled` (std of observed minus true reward of the step's "
+    "samples: the noise verl saw).")
+
+
+def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> str:
+    """report.md's generated part: the verdict, what the noise caused, matched progress, the
+    caveats, the bandit compared claim by claim, the task, per lr the summary table and every
+    paired difference, the noise-free control, the flat-informative gap per step, which estimator
+    ran."""
+    start, best = initial(spec), best_quality(spec)
+    table = summarize(records, start)
+    verdict = verdicts(table)
+    clean = summarize(list(control), start) if control else {}
+    effect, part, progress = noise_effect(table, clean), noise_part(table, clean), matched(records)
+    steps, noise = records[0]["steps"], records[0]["noise_std"]
+    lines = [
+        f"# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU): design `{spec['design']}`",
+        "",
+        f"Written by {command_line(spec['design'], records, control)} in one DIR: {_runs_phrase(records)}, "
+        f"{steps} steps at lr {', '.join(sorted(table))} of verl 0.9.1's v1 trainer on the CPU "
+        "backend ([docs/cpu-backend.md](../../cpu-backend.md)), with reward noise and without. Every number here "
+        f"was read back from verl's `tensorboard` logger's event files. Schema of "
+        f"`{output_name(spec['design'], 'results.json')}`: "
+        "[schema.md](schema.md).",
+        "",
+    ]
+    for lr, v in verdict.items():
+        lines += ["## Verdict", ""] + _verdict_lines(lr, v, table[lr], clean.get(lr, {}))
+        lines += _noise_part_lines(lr, part.get(lr, {})) + _matched_lines(lr, progress.get(lr, {}))
+        lines += _caveats(lr, v, table[lr])
+        lines += _bandit_table(lr, v, table[lr], clean.get(lr, {}), effect.get(lr, {}), part.get(lr, {}), best, steps,
+                               spec)
+    lines += [
+        "## The task",
+        "",
+        _task_text(spec, noise),
+        "",
+        PROBES,
+        "",
+        f"At the start (every run): informative true reward {start[P + 'informative_true_reward']:+.3f} (best "
+        f"answer of each prompt {best:.3f}; the best a prompt-blind policy can earn, one answer for every "
+        f"prompt, {prompt_blind_quality(spec):.3f}), flat entropy {start[P + 'flat_entropy']:.3f} (uniform: ln "
+        f"{len(spec['answers'])} = {math.log(len(spec['answers'])):.3f}), flat-informative gap "
+        f"{start[P + 'flat_informative_tv']:.3f}.",
+        "",
+    ]
+    for lr, rows in table.items():
+        lines += [f"## lr {lr}, reward noise {noise:g}", "",
+                  f"Mean ± sample std over seeds; reward, entropy, KL and gap over the last {WINDOW} steps, "
+                  "advantage rms and noise over all steps.", "",
+                  "| method | seeds | informative true reward | flat entropy | flat entropy drop | flat KL from start "
+                  "| informative KL from start | flat-informative gap | flat adv rms | informative adv rms "
+                  "| noise std seen | s per run |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for row in rows.values():
+            lines.append(f"| {row['label']} | {len(row['seeds'])} | {_cell(row, 'informative_true_reward')} "
+                         f"| {_cell(row, 'flat_entropy')} "
+                         f"| {_cell(row, 'flat_entropy_drop')} | {_cell(row, 'flat_kl_from_start', 4)} "
+                         f"| {_cell(row, 'informative_kl_from_start', 4)} | {_cell(row, 'flat_informative_tv')} "
+                         f"| {_cell(row, 'flat_adv_rms')} | {_cell(row, 'informative_adv_rms')} "
+                         f"| {_cell(row, 'noise_std_sampled')} | {row['seconds']:.0f} |")
+        v = verdict.get(lr)
+        if v:
+            lines += ["", f"GRPO minus our REINFORCE++-baseline, paired by seed (seeds {v['seeds']}):"]
+            lines += [f"- {LABELS[name]}: {_diff(v[name], tests=name not in BY_CONSTRUCTION)}; GRPO's is "
+                      f"{v[name]['ratio']:.2f}x the baseline's." for name in PAIRED_MEASURES]
+            if "control" in v:
+                lines += ["", "Control, ours minus verl's REINFORCE++-baseline, paired by seed (seeds "
+                          f"{v['control']['flat_kl_from_start']['seeds']}; the same method, two implementations):"]
+                lines += [f"- {LABELS[name]}: {_diff(v['control'][name])}" for name in NOISE_MEASURES]
+        lines += ["", f"![noisy rewards at lr {lr}]({output_name(spec['design'], f'noisy_lr{float(lr):g}.png')})", ""]
+    if control:
+        lines += ["## Noise-free control", "",
+                  "The same runs (same seeds: data order, sampling streams, start) with reward noise 0: every flat "
+                  "group's rewards are then equal, so every method gives the flat prompts advantage 0, and "
+                  "whatever moves them is the shared parameters carrying over what the informative prompts "
+                  "learn. The noisy run minus this control, seed by seed, is what the noise itself did.", ""]
+        for lr, rows in clean.items():
+            lines += [f"lr {lr}, noise 0:", "", "| method (noise 0) | seeds | informative true reward | flat entropy | "
+                      "flat KL from start | flat-informative gap | flat adv rms |",
+                      "| --- | --- | --- | --- | --- | --- | --- |"]
+            for row in rows.values():
+                lines.append(f"| {row['label']} | {len(row['seeds'])} | {_cell(row, 'informative_true_reward')} | "
+                             f"{_cell(row, 'flat_entropy')} | {_cell(row, 'flat_kl_from_start', 4)} | "
+                             f"{_cell(row, 'flat_informative_tv')} | {_cell(row, 'flat_adv_rms')} |")
+            lines += ["", "Informative true reward at the end, per seed (noise 0): " + "; ".join(
+                f"{row['label']} {', '.join(f'{x:.3f}' for x in row['informative_true_reward']['per_seed'])}"
+                for row in rows.values()) + ".", ""]
+            for key, cell in effect.get(lr, {}).items():
+                lines.append(f"{rows[key]['label']}, noisy minus noise-free (seeds {cell['seeds']}):")
+                lines += [f"- {LABELS[name]}: {_diff(cell[name])}" for name in NOISE_MEASURES] + [""]
+            picture = output_name(spec["design"], f"noise_free_lr{float(lr):g}.png")
+            lines += [f"![noise-free control at lr {lr}]({picture})", ""]
+        lines += ["The flat prompts' answer distributions against the informative ones' (flat-informative gap, "
+                  "mean (min..max) over seeds), step by step:", ""]
+        lines += _gap_table(list(control), "noise 0") + [""] + _gap_table(records, f"noise {noise:g}") + [""]
+    lines += ["## Which estimator ran", "",
+              "As in [the demo task's curves](../report.md): ours with the plugin loaded, verl's with "
+              "`VERL_USE_EXTERNAL_PLUGINS=none`, proven per run from the run trace:", ""]
+    for lr, rows in table.items():
+        for row in rows.values():
+            lines.append(f"- lr {lr}, {row['label']}: {'; '.join(row['proof'])}")
+    for lr, rows in clean.items():
+        for row in rows.values():
+            lines.append(f"- lr {lr}, noise 0, {row['label']}: {'; '.join(row['proof'])}")
+    return "\n".join(lines) + "\n"
+
+
+def results(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> dict:
+    """results.json: settings, the start, the summary, the verdicts (with each claim's word), the
+    noise-free ``control``'s summary, the noise's effect and part, matched progress, every run's
+    kept metrics."""
+    start = initial(spec)
+    table = summarize(records, start)
+    design = noisy_task.DESIGNS[spec["design"]]
+    settings = {"design": design.key,
+                "prompts": [{"text": row["text"], "kind": row["kind"]} for row in spec["prompts"]],
+                "answers": spec["answers"], "task_seed": spec["task_seed"], "parameters": spec.get("parameters"),
+                "noise_std": records[0]["noise_std"], "steps": records[0]["steps"],
+                "prompts_per_step": design.prompts_per_step, "samples_per_prompt": design.samples, "window": WINDOW,
+                "levels": list(LEVELS), "quality": {row["text"]: row["quality"] for row in spec["prompts"]}}
+    clean = summarize(list(control), start) if control else {}
+    kept = [{**record, "metrics": {tag: values for tag, values in record["metrics"].items() if tag in KEPT}}
+            for record in (*records, *control)]
+    return {"settings": settings, "initial": start, "best_quality": best_quality(spec),
+            "prompt_blind_quality": prompt_blind_quality(spec), "summary": table, "verdicts": verdicts(table),
+            "control_summary": clean, "noise_effect": noise_effect(table, clean),
+            "noise_part": noise_part(table, clean), "matched": matched(records), "runs": kept}
+
+
+def load(path: Path) -> tuple[list[dict], tuple[dict, ...]]:
+    """The runs of a results.json: the noisy ones and the noise-free control's."""
+    saved = json.loads(Path(path).read_text())
+    noise = saved["settings"]["noise_std"]
+    return ([r for r in saved["runs"] if r["noise_std"] == noise],
+            tuple(r for r in saved["runs"] if r["noise_std"] != noise))
+
+
+def write(out: Path, records: list[dict], spec: dict, notes: str = "", control: tuple[dict, ...] = ()) -> None:
+    """results.json, one plot per lr and noise level and report.md (``notes`` appended), named by
+    ``output_name``."""
+    out.mkdir(parents=True, exist_ok=True)
+    design = spec["design"]
+    start = initial(spec)
+    (out / output_name(design, "results.json")).write_text(json.dumps(results(records, spec, control), indent=1))
+    plots(out, [*records, *control], start, best_quality(spec), prompt_blind_quality(spec), design)
+    text = report(records, spec, control)
+    (out / output_name(design, "report.md")).write_text(text + (("\n" + notes.strip() + "\n") if notes else ""))
