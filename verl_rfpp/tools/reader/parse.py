@@ -53,11 +53,12 @@ def parse(data: bytes, path: str):
         raise ReadError(data[:data.index(b"\0")].count(b"\n") + 1, str(path), "it holds a NUL byte")
     if len(data.split(maxsplit=MAX_WORDS)) > MAX_WORDS:
         raise ReadError(0, str(path), f"it has over {MAX_WORDS} words")
-    stray = re.search(rb"\\[ \t]+\n", data)
+    stray = re.search(rb"\\[ \t]+(\n|#)", data)
     if stray:
-        raise ReadError(data[:stray.start()].count(b"\n") + 1, "\\ at the end of a line",
-                        "a backslash and a blank end this line: bash passes the blank as a word and runs the next "
-                        "line as a command of its own (tree-sitter-bash reads it otherwise); remove the blank")
+        raise ReadError(data[:stray.start()].count(b"\n") + 1, "\\ before a blank at the end of a line",
+                        "a backslash and a blank end this line (or come before its comment): bash passes the blank as "
+                        "a word and runs the next line as a command of its own (tree-sitter-bash reads it "
+                        "otherwise); remove the blank or the comment")
     tree = _PARSER.parse(data)
     if tree.root_node.has_error:
         bad = _first_error(tree.root_node)
