@@ -241,7 +241,8 @@ def test_the_scripts_own_options_and_positional_arguments_are_its_own(capsys, tm
 
 def test_the_scripts_exports_decide_what_verl_loads(capsys, tmp_path, monkeypatch):
     """contract 6.5: an export that excludes the plugin is a refusal naming its line; a user's estimator
-    registered by the script's own modules (VERL_USE_EXTERNAL_MODULES) is not read as a misspelling."""
+    registered by the script's own modules (VERL_USE_EXTERNAL_MODULES) is not read as a misspelling
+    once check is allowed to import them (--import-user-modules), exit 2 before."""
     monkeypatch.chdir(tmp_path)
     path = _script(tmp_path, f"export VERL_USE_EXTERNAL_PLUGINS=none\npython3 -m verl.trainer.main_ppo {RECIPE}\n")
     code, out = _check(capsys, path)
@@ -252,7 +253,10 @@ def test_the_scripts_exports_decide_what_verl_loads(capsys, tmp_path, monkeypatc
         "@register_adv_est('reinforce_plus_plus_baselin')\ndef mine(*args, **kwargs):\n    raise NotImplementedError\n")
     body = (f"export PYTHONPATH={tmp_path}\nexport VERL_USE_EXTERNAL_MODULES=my_estimator\n"
             f"python3 -m verl.trainer.main_ppo {RECIPE} algorithm.adv_estimator=reinforce_plus_plus_baselin\n")
-    code, out = _check(capsys, _script(tmp_path, body, "mine.sh"))
+    mine = _script(tmp_path, body, "mine.sh")
+    code, out = _check(capsys, mine)
+    assert code == 2 and "--import-user-modules" in out, out  # the module is not imported unless asked
+    code, out = _check(capsys, "--import-user-modules", mine)
     assert code == 0 and "not a verl-rfpp estimator" in out, out
     code, out = _check(capsys, *validation.RECIPES[BASELINE], "algorithm.adv_estimator=reinforce_plus_plus_baselin")
     assert code == 1 and "did you mean" in out  # the same name without the script's modules

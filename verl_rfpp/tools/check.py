@@ -5,8 +5,10 @@ are made."""
 
 from __future__ import annotations
 
+import os
 import shlex
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -26,7 +28,11 @@ here-document fed to main_ppo, ...) is exit 2 naming the line: pass the override
 set the variable for the reading (VAR=value verl-rfpp check SCRIPT). Every main_ppo run the
 script makes is judged, one block each ("run K of N (SCRIPT:LINE): ..."), in the environment the
 script gives it: when the script sets VERL_USE_EXTERNAL_PLUGINS, VERL_USE_EXTERNAL_MODULES or
-PYTHONPATH, a child python imports verl (and the modules those name) with them, as the run would.
+PYTHONPATH, an isolated child python (python -I, only those variables, no sitecustomize,
+LD_PRELOAD or PYTHONHOME of the script's, 120 s and 4 GiB at most) imports verl with them. The
+user's modules the script names (VERL_USE_EXTERNAL_MODULES, verl plugins on its PYTHONPATH) are
+imported only with --import-user-modules; without it, a verdict they could change is exit 2.
+check itself starts no program (verl's nvidia-smi probe included).
 
 ARGUMENTS: every word after SCRIPT is the script's own argument ($1, "$@"), as in
 bash SCRIPT ARGUMENTS; check's options go before SCRIPT. Overrides for main_ppo are appended
@@ -46,10 +52,20 @@ exit status (several runs: the worst of them, 2 > 3 > 1 > 0):
      a config group set to null), or a key the rules read does not resolve (an unset
      ${oc.env:...}, a missing key in an interpolation, ???)
 
-Other libraries' messages (verl's import-time warnings) go to a log file of check's own, named
-in one line before the verdict when anything was written to it; -v shows them on the terminal."""
+Other libraries' messages (verl's import-time warnings) are counted in one line before the
+verdict, not shown; -v shows them on the terminal. check leaves no file: what other libraries
+write to the temporary directory goes to one of its own, removed at the end."""
 
 WORST_FIRST = (2, 3, 1, 0)  # several runs: the exit status is the worst (2: a run check cannot judge)
+
+
+@dataclass
+class Environments:
+    """What verl loads in each environment a script gives its runs (one child process each), and
+    whether those children import the user's modules the script names (``--import-user-modules``)."""
+
+    import_user_modules: bool = False
+    found: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ class Judged:
 
 
 def command(words: Sequence[str], verbose: bool = False, config_path: Optional[str] = None,
-            config_name: Optional[str] = None) -> int:
+            config_name: Optional[str] = None, import_user_modules: bool = False) -> int:
     """``verl-rfpp check``: read the runs (a script's main_ppo launches, or overrides), compose verl's
     config as main_ppo would, and print the verdict of each; the worst exit status."""
     from verl_rfpp.tools import scripts
@@ -73,10 +89,10 @@ def command(words: Sequence[str], verbose: bool = False, config_path: Optional[s
     try:
         script = bool(words) and scripts.is_script(words[0])
     except scripts.ScriptError as error:
-        print(f"verl-rfpp check: {error}")
+        _print(f"verl-rfpp check: {error}")
         return 2
     if script and (config_path or config_name):
-        print("verl-rfpp check: --config-path/--config-name belong on the script's main_ppo line")
+        _print("verl-rfpp check: --config-path/--config-name belong on the script's main_ppo line")
         return 2
     if not script:
         return _check_overrides(words, verbose, config_path, config_name)
@@ -84,20 +100,20 @@ def command(words: Sequence[str], verbose: bool = False, config_path: Optional[s
     try:
         reading = scripts.read_script(Path(path), extra)
     except scripts.ScriptError as error:
-        print(f"verl-rfpp check: {error}")
+        _print(f"verl-rfpp check: {error}")
         return 2
     for assumption in reading.assumptions:
-        print(f"assumed: {assumption}")
-    with quiet.quiet("check", verbose=verbose) as log:
-        loads: dict = {}
+        _print(f"assumed: {assumption}")
+    with quiet.quiet("check", verbose=verbose, keep=False) as log:
+        loads = Environments(import_user_modules)
         runs = [_judge_launch(launch, reading, path, loads) for launch in reading.launches]
         endings = _fix_endings(path, extra, reading, runs, loads)
     if log.mention():
-        print(log.mention())
+        _print(log.mention())
     for number, (launch, run) in enumerate(zip(reading.launches, runs, strict=True), 1):
         if len(runs) > 1:
-            print(f"run {number} of {len(runs)} ({path}:{launch.line}): {launch.launcher}")
-        print("\n".join([*run.lines[:-1], *endings[number - 1]] if number - 1 in endings else run.lines))
+            _print(f"run {number} of {len(runs)} ({path}:{launch.line}): {launch.launcher}")
+        _print("\n".join([*run.lines[:-1], *endings[number - 1]] if number - 1 in endings else run.lines))
     return max((run.status for run in runs), key=WORST_FIRST[::-1].index)
 
 
@@ -113,18 +129,25 @@ def _check_overrides(words: list, verbose: bool, config_path: Optional[str], con
     try:
         run = scripts.parse_main_ppo(given)
     except scripts.ScriptError as error:
-        print(f"verl-rfpp check: {error}; check takes -v, main_ppo's options and overrides, or SCRIPT "
+        _print(f"verl-rfpp check: {error}; check takes -v, main_ppo's options and overrides, or SCRIPT "
               "[ARGUMENTS...] (see verl-rfpp check --help)")
         return 2
-    with quiet.quiet("check", verbose=verbose) as log:
+    with quiet.quiet("check", verbose=verbose, keep=False) as log:
         judged = _judge(run)
     if log.mention():
-        print(log.mention())
-    print("\n".join(judged.lines))
+        _print(log.mention())
+    _print("\n".join(judged.lines))
     return judged.status
 
 
-def _judge_launch(launch, reading, script: str, loads: dict, extra: Sequence[str] = ()) -> Judged:
+def _print(text: str) -> None:
+    """``print``, with what stdout's encoding cannot show (a byte of the script that is not UTF-8,
+    kept by the reader as a surrogate) written as a backslash escape instead of a traceback."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+
+
+def _judge_launch(launch, reading, script: str, loads: Environments, extra: Sequence[str] = ()) -> Judged:
     """One run of a script (with ``extra`` appended to its main_ppo arguments): its overrides judged
     in the environment the script gives it. A value the reading cannot know is judged as two
     different stand-ins: the same verdict, or exit 2. ``loads``: what verl loads in each
@@ -139,6 +162,9 @@ def _judge_launch(launch, reading, script: str, loads: dict, extra: Sequence[str
     if isinstance(loaded, int):
         return Judged(loaded, notes)
     judged = _judge(run, loaded)
+    if loaded is not None and loaded.not_imported and judged.status != 2:
+        notes += (f"note: not imported: {', '.join(loaded.not_imported)} (--import-user-modules imports it; it cannot "
+                  "change this verdict)",)
     unknowns = launch.unknown_parts()
     if unknowns:
         other = _judge(scripts.parse_main_ppo([*launch.known("other"), *extra]), loaded)
@@ -152,7 +178,7 @@ def _judge_launch(launch, reading, script: str, loads: dict, extra: Sequence[str
     return Judged(judged.status, (*notes, *judged.lines), judged.fixes, judged.kl)
 
 
-def _loaded_for(launch, reading, script: str, loads: dict) -> tuple[tuple[str, ...], object]:
+def _loaded_for(launch, reading, script: str, loads: Environments) -> tuple[tuple[str, ...], object]:
     """The notes on the environment the script gives the launch, and what verl loads there
     (``None``: check's own environment holds), or an exit status when that cannot be found out."""
     from verl_rfpp.adapter import environment
@@ -164,14 +190,15 @@ def _loaded_for(launch, reading, script: str, loads: dict) -> tuple[tuple[str, .
                   + (f" ({script}:{reading.exported_at[name]})" if name in reading.exported_at else "")
                   for name, value in changed.items())
     key = tuple(sorted(changed.items(), key=str))
-    if key not in loads:
+    if key not in loads.found:
         try:
-            loads[key] = environment.loaded_in(launch.environment)
+            loads.found[key] = environment.loaded_in(launch.environment, platform_without_programs(),
+                                                     loads.import_user_modules)
         except environment.EnvironmentUnknown as error:
-            loads[key] = f"verl-rfpp check: cannot judge this run in the script's environment: {error}"
-    if isinstance(loads[key], str):
-        return (*notes, loads[key]), 2
-    return notes, loads[key]
+            loads.found[key] = f"verl-rfpp check: cannot judge this run in the script's environment: {error}"
+    if isinstance(loads.found[key], str):
+        return (*notes, loads.found[key]), 2
+    return notes, loads.found[key]
 
 
 def _judge(run, loaded=None) -> Judged:
@@ -179,6 +206,7 @@ def _judge(run, loaded=None) -> Judged:
     from verl_rfpp.adapter import loading
 
     plugin_loaded = loading.verl_loads_plugin()
+    platform_without_programs()
     from verl_rfpp.adapter import compose, verdict
 
     config_path, config_name, overrides = run.composition()
@@ -191,6 +219,9 @@ def _judge(run, loaded=None) -> Judged:
     found = verdict.judge(config, plugin_loaded=plugin_loaded)
     if loaded is not None:
         found = _in_environment(found, loaded)
+        unknown = _decided_by_user_code(found, loaded)
+        if unknown:
+            return Judged(2, (unknown,))
     unreadable = found.unread or (
         found.refusal if isinstance(found.refusal, validation.UnreadableConfigError) else None)
     if unreadable is not None:
@@ -199,6 +230,45 @@ def _judge(run, loaded=None) -> Judged:
         fixes = getattr(found.refusal, "fixes", None)
         return Judged(found.status, tuple(str(found.refusal).splitlines()), None if fixes is None else tuple(fixes))
     return Judged(found.status, (*(f"warning: {note}" for note in found.warnings), found.summary()), kl=found.kl)
+
+
+def platform_without_programs() -> str:
+    """Settle verl's platform in this process as verl 0.9.1 chooses it (``VERL_PLATFORM``, else the
+    first registered platform torch finds available, else ``nvidia``), but without the probe that
+    starts ``nvidia-smi`` / ``rocm-smi`` (``platform_manager._detect_platform_name``, reached when
+    verl's ``constants_ppo`` is imported): check starts no program. Only check's own process: a
+    training run detects its platform as verl does. The platform's registered name."""
+    from verl.plugin.platform import PlatformRegistry, get_platform
+
+    name = os.environ.get("VERL_PLATFORM", "").strip().lower() or next(
+        (name for name in PlatformRegistry.registered_names() if PlatformRegistry.get(name)().is_platform_available()),
+        "nvidia")
+    saved = os.environ.get("VERL_PLATFORM")
+    os.environ["VERL_PLATFORM"] = name
+    try:
+        get_platform()
+    finally:
+        if saved is None:
+            os.environ.pop("VERL_PLATFORM")
+        else:
+            os.environ["VERL_PLATFORM"] = saved
+    return name
+
+
+def _decided_by_user_code(found, loaded) -> str:
+    """The exit-2 line when code the run imports and check did not (``loaded.not_imported``) decides
+    the verdict: a name that reads as ours misspelt may be one those modules register (section
+    6.3); a plugin on the script's PYTHONPATH, loaded with or after ours, may replace ours in verl's
+    registry. ``""`` otherwise (the user's modules are imported before verl's plugins)."""
+    plugins = [code for code in loaded.not_imported if not code.startswith("module ")]
+    if isinstance(found.refusal, validation.MisspeltEstimatorError) and loaded.not_imported:
+        what = f"whether {found.name!r} is an estimator that {', '.join(loaded.not_imported)} registers"
+    elif found.estimator is not None and plugins:
+        what = f"whether {', '.join(plugins)} leaves verl running verl-rfpp's {found.estimator}"
+    else:
+        return ""
+    return (f"verl-rfpp check: {what} cannot be known without importing it; check imports the user's code a script "
+            "names only when asked: verl-rfpp check --import-user-modules SCRIPT (its code then runs)")
 
 
 def _in_environment(found, loaded):
@@ -213,7 +283,7 @@ def _in_environment(found, loaded):
     return found
 
 
-def _fix_endings(script: str, extra: Sequence[str], reading, runs: Sequence[Judged], loads: dict) -> dict:
+def _fix_endings(script: str, extra: Sequence[str], reading, runs: Sequence[Judged], loads: Environments) -> dict:
     """The closing lines of each refused run with fixes (by index). ``Fix: bash SCRIPT ARGUMENTS
     FIXES`` only when check has read the script again with those arguments and every run was then
     accepted with the KL it gets with the fixes on its main_ppo line (an accepted run: its own);
