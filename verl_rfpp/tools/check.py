@@ -5,12 +5,13 @@ are made."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from verl_rfpp.contract import validation
 from verl_rfpp.tools import quiet
@@ -83,9 +84,14 @@ def command(words: Sequence[str], verbose: bool = False, config_path: Optional[s
             config_name: Optional[str] = None, import_user_modules: bool = False) -> int:
     """``verl-rfpp check``: read the runs (a script's main_ppo launches, or overrides), compose verl's
     config as main_ppo would, and print the verdict of each; the worst exit status."""
+    with _own_platform_variable():
+        return _command(list(words), verbose, config_path, config_name, import_user_modules)
+
+
+def _command(words: list, verbose: bool, config_path: Optional[str], config_name: Optional[str],
+             import_user_modules: bool) -> int:
     from verl_rfpp.tools import scripts
 
-    words = list(words)
     try:
         script = bool(words) and scripts.is_script(words[0])
     except scripts.ScriptError as error:
@@ -233,26 +239,31 @@ def _judge(run, loaded=None) -> Judged:
 
 
 def platform_without_programs() -> str:
-    """Settle verl's platform in this process as verl 0.9.1 chooses it (``VERL_PLATFORM``, else the
-    first registered platform torch finds available, else ``nvidia``), but without the probe that
-    starts ``nvidia-smi`` / ``rocm-smi`` (``platform_manager._detect_platform_name``, reached when
-    verl's ``constants_ppo`` is imported): check starts no program. Only check's own process: a
-    training run detects its platform as verl does. The platform's registered name."""
-    from verl.plugin.platform import PlatformRegistry, get_platform
+    """The name of verl's platform as verl 0.9.1 chooses it (``VERL_PLATFORM``, else the first
+    registered platform torch finds available, else ``nvidia``) but without the probe that starts
+    ``nvidia-smi`` / ``rocm-smi`` (``platform_manager._detect_platform_name``, reached when verl's
+    ``constants_ppo`` is imported), set as ``VERL_PLATFORM`` so that verl, when it asks, asks no
+    program: check starts none. Only in check's own process, for the command (``command`` restores
+    it): a training run detects its platform as verl does."""
+    from verl.plugin.platform import PlatformRegistry
 
-    name = os.environ.get("VERL_PLATFORM", "").strip().lower() or next(
-        (name for name in PlatformRegistry.registered_names() if PlatformRegistry.get(name)().is_platform_available()),
-        "nvidia")
+    if not os.environ.get("VERL_PLATFORM", "").strip():
+        os.environ["VERL_PLATFORM"] = next((name for name in PlatformRegistry.registered_names()
+                                            if PlatformRegistry.get(name)().is_platform_available()), "nvidia")
+    return os.environ["VERL_PLATFORM"].strip().lower()
+
+
+@contextlib.contextmanager
+def _own_platform_variable() -> Iterator[None]:
+    """``VERL_PLATFORM`` as it was before the block (``platform_without_programs`` may set it)."""
     saved = os.environ.get("VERL_PLATFORM")
-    os.environ["VERL_PLATFORM"] = name
     try:
-        get_platform()
+        yield
     finally:
         if saved is None:
-            os.environ.pop("VERL_PLATFORM")
+            os.environ.pop("VERL_PLATFORM", None)
         else:
             os.environ["VERL_PLATFORM"] = saved
-    return name
 
 
 def _decided_by_user_code(found, loaded) -> str:
