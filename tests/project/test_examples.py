@@ -23,7 +23,8 @@ def test_there_are_scripts_for_both_estimators():
 def test_script_passes_verl_rfpp_check(script, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     launch, = scripts.read_script(script).launches
-    assert launch.forwards  # appended overrides (a Fix: line, the recipe) reach main_ppo
+    appended, = scripts.read_script(script, ["trainer.seed=1"]).launches  # a Fix: line's overrides reach main_ppo
+    assert appended.arguments == (*launch.arguments, "trainer.seed=1")
     assert any(o.startswith("algorithm.adv_estimator=reinforce_plus_plus") for o in launch.arguments)
     assert cli.main(["check", str(script)]) == 0
     assert "OK: this config runs" in capsys.readouterr().out

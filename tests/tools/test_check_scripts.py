@@ -119,13 +119,64 @@ def test_every_run_of_a_script_gets_its_own_verdict_and_the_worst_exit(capsys, t
     assert "[6.2.10]" in blocks[3]
 
 
-def test_a_script_that_does_not_pass_its_arguments_on_says_so(capsys, tmp_path, monkeypatch):
+LAUNCH = f"python3 -m verl.trainer.main_ppo {RECIPE}"
+# (script body, the reason check must give for not printing the command form) for scripts on which
+# `bash SCRIPT FIXES` would not fix the run (issue 38 item 3): each run by bash, the first override
+# appended lands elsewhere than at the end of main_ppo's arguments, or the script's defaults go away
+UNFIXABLE_BY_COMMAND = [
+    (f"{LAUNCH} actor_rollout_ref.rollout.n=1\n", r"main_ppo's line at \S*run\.sh:2 gets none of the command's \$1"),
+    (f'N=${{1:-8}}\n{LAUNCH} actor_rollout_ref.rollout.n=1 trainer.total_epochs=$N "$@"\n',
+     r"the script makes `trainer\.total_epochs=<\$1>` of the command's \$1 on main_ppo's line at \S*run\.sh:3"),
+    (f'ENGINE=${{1:-vllm}}\n{LAUNCH} actor_rollout_ref.rollout.n=1 actor_rollout_ref.rollout.name=$ENGINE "$@"\n',
+     r"makes `actor_rollout_ref\.rollout\.name=<\$1>` of the command's \$1"),
+    (f'MODEL=$1; shift\n{LAUNCH} actor_rollout_ref.rollout.n=1 actor_rollout_ref.model.path=$MODEL "$@"\n',
+     r"does not get the command's \$1 as given; the script makes `actor_rollout_ref\.model\.path=<\$1>`"),
+    (f'python3 -m verl.trainer.main_ppo --config-name=${{1:-ppo_trainer}} {RECIPE} actor_rollout_ref.rollout.n=1 '
+     '"$@"\n', r"makes `--config-name=<\$1>` of the command's \$1"),
+    (f'{LAUNCH} algorithm.use_kl_in_reward=True actor_rollout_ref.actor.use_kl_loss=False "${{@:2}}"\n',
+     r"main_ppo's line at \S*run\.sh:2 does not get the command's \$1 as given"),
+    ('if [ $# -eq 0 ]; then set -- actor_rollout_ref.actor.use_kl_loss=True actor_rollout_ref.actor.kl_loss_coef=0.02; '
+     f'fi\n{LAUNCH} actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.rollout.n=1 "$@"\n',
+     r"gets KL: off instead of KL: k2 loss, coefficient 0\.02 .*loses actor_rollout_ref\.actor\.kl_loss_coef=0\.02"),
+]
+
+
+@pytest.mark.parametrize("body,reason", UNFIXABLE_BY_COMMAND,
+                         ids=["no-args", "N=1-or-8", "ENGINE=1-or-vllm", "MODEL=1-shift", "config-name=1",
+                              "args-from-2",
+                              "set-defaults"])
+def test_a_fix_command_is_printed_only_when_check_verified_it(body, reason, capsys, tmp_path, monkeypatch):
+    """A refusal's Fix: is `bash SCRIPT ...` only when the script, read again with those arguments, runs
+    every run accepted with the KL kept; here it does not, so the Fix: gives the overrides for main_ppo's
+    line, naming it, and the note why the command would not work. Both claims are checked: the command
+    form is not an accepted run with the KL the line form gives, and the line form is."""
     monkeypatch.chdir(tmp_path)
-    path = _script(tmp_path, f"python3 -m verl.trainer.main_ppo {RECIPE} actor_rollout_ref.actor.kl_loss_coef=-1\n")
+    path = _script(tmp_path, body)
     code, out = _check(capsys, path)
-    lines = out.strip().splitlines()
-    assert code == 1 and "does not pass its own arguments on to main_ppo" in lines[-2], out
-    assert lines[-1] == f"Fix: bash {path} actor_rollout_ref.actor.kl_loss_coef=0.01"
+    *_, note, fix = out.strip().splitlines()
+    line = len(body.splitlines()) + 1  # the launch is the script's last line (after set -x)
+    assert code == 1 and fix.startswith(f"Fix: put at the end of main_ppo's line ({path}:{line}): "), out
+    fixes = shlex.split(fix.split("): ", 1)[1])
+    assert note.startswith(f"note: `bash {path} {shlex.join(fixes)}` would not fix this: "), note
+    assert re.search(reason, note), note
+    by_command = _check(capsys, path, *fixes)
+    lines = path.read_text().splitlines()
+    lines[line - 1] += " " + shlex.join(fixes)
+    path.write_text("\n".join(lines) + "\n")
+    code, out = _check(capsys, path)
+    kept = re.search(r"KL: .*\.$", out).group()
+    assert code == 0 and "OK: this config runs" in out and "coefficient" in kept, out
+    assert by_command[0] != 0 or kept not in by_command[1], by_command
+
+
+def test_a_fix_command_covers_every_run_of_the_script(capsys, tmp_path, monkeypatch):
+    """Two refused runs, each with its own fix: one command with both fixes, verified for both."""
+    monkeypatch.chdir(tmp_path)
+    path = _script(tmp_path, f'{LAUNCH} actor_rollout_ref.rollout.n=1 "$@"\n{LAUNCH} algorithm.gamma=2 "$@"\n')
+    code, out = _check(capsys, path)
+    fixes = [line for line in out.splitlines() if line.startswith("Fix: ")]
+    assert code == 1 and fixes == [f"Fix: bash {path} actor_rollout_ref.rollout.n=8 algorithm.gamma=1.0"] * 2, out
+    assert _check(capsys, *shlex.split(fixes[0])[2:])[0] == 0
 
 
 def _own_config(tmp_path, searchpath=True):
@@ -190,7 +241,8 @@ def test_the_scripts_own_options_and_positional_arguments_are_its_own(capsys, tm
 
 def test_the_scripts_exports_decide_what_verl_loads(capsys, tmp_path, monkeypatch):
     """contract 6.5: an export that excludes the plugin is a refusal naming its line; a user's estimator
-    registered by the script's own modules (VERL_USE_EXTERNAL_MODULES) is not read as a misspelling."""
+    registered by the script's own modules (VERL_USE_EXTERNAL_MODULES) is not read as a misspelling
+    once check is allowed to import them (--import-user-modules), exit 2 before."""
     monkeypatch.chdir(tmp_path)
     path = _script(tmp_path, f"export VERL_USE_EXTERNAL_PLUGINS=none\npython3 -m verl.trainer.main_ppo {RECIPE}\n")
     code, out = _check(capsys, path)
@@ -201,7 +253,10 @@ def test_the_scripts_exports_decide_what_verl_loads(capsys, tmp_path, monkeypatc
         "@register_adv_est('reinforce_plus_plus_baselin')\ndef mine(*args, **kwargs):\n    raise NotImplementedError\n")
     body = (f"export PYTHONPATH={tmp_path}\nexport VERL_USE_EXTERNAL_MODULES=my_estimator\n"
             f"python3 -m verl.trainer.main_ppo {RECIPE} algorithm.adv_estimator=reinforce_plus_plus_baselin\n")
-    code, out = _check(capsys, _script(tmp_path, body, "mine.sh"))
+    mine = _script(tmp_path, body, "mine.sh")
+    code, out = _check(capsys, mine)
+    assert code == 2 and "--import-user-modules" in out, out  # the module is not imported unless asked
+    code, out = _check(capsys, "--import-user-modules", mine)
     assert code == 0 and "not a verl-rfpp estimator" in out, out
     code, out = _check(capsys, *validation.RECIPES[BASELINE], "algorithm.adv_estimator=reinforce_plus_plus_baselin")
     assert code == 1 and "did you mean" in out  # the same name without the script's modules

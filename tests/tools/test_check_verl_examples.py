@@ -3,12 +3,15 @@ README.md) checked as a user switching them to our estimators checks them: ``ver
 SCRIPT algorithm.adv_estimator=NAME``, each script once, our two names alternating in path order
 (so both ways of moving a KL, loss to reward and reward to loss, are met; issue 29 item 8;
 docs/contract.md section 6.5). At least as many of these checks reach a verdict (exit 0 or 1) as
-before check read scripts statically, and every refusal's ``Fix:`` command, checked again, is OK
-with the script's KL kept at its coefficient in the method's form (sections 2, 3 and 6.2). Each
-config is composed once, by check itself; the test reads it back from ``compose.compose_verl_config``."""
+before check read scripts statically, and every refusal's ``Fix:``, checked again, is OK with the
+script's KL kept at its coefficient in the method's form (sections 2, 3 and 6.2): a command (``bash
+SCRIPT ...``) checked as it stands, the overrides for a named main_ppo line checked appended to that
+run's arguments. Each config is composed by check itself; the test reads it back from
+``compose.compose_verl_config``."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from support.checking import check, kl
 
 from verl_rfpp.adapter import compose
 from verl_rfpp.contract import validation
+from verl_rfpp.tools import scripts
 
 pytestmark = pytest.mark.slow  # 126 checks and their Fix commands
 
@@ -51,9 +55,9 @@ def test_verls_examples_reach_a_verdict_and_every_fix_keeps_the_kl(capsys, tmp_p
     composed = []
     real = compose.compose_verl_config
 
-    def composing(*arguments, **keywords):
-        composed.append(real(*arguments, **keywords))
-        return composed[-1]
+    def composing(overrides, *arguments, **keywords):
+        composed.append((list(overrides), real(overrides, *arguments, **keywords)))
+        return composed[-1][1]
 
     monkeypatch.setattr(compose, "compose_verl_config", composing)
 
@@ -62,18 +66,43 @@ def test_verls_examples_reach_a_verdict_and_every_fix_keeps_the_kl(capsys, tmp_p
         code, out = check(capsys, *arguments)
         return code, out, list(composed)
 
+    def kls(launches, configs, appended=()):
+        """The KL of each run, from the config check composed for its overrides (and ``appended``)."""
+        found = []
+        for launch in launches:
+            overrides = scripts.parse_main_ppo([*launch.known("unknown"), *appended]).composition()[2]
+            found.append(next(kl(config) for given, config in configs if given == overrides))
+        return found
+
     verdicts, problems = 0, []
     for index, script in enumerate(SCRIPTS):
         name, estimator = script.relative_to(CORPUS), ESTIMATORS[index % 2]
-        code, out, configs = checked(script, f"algorithm.adv_estimator={estimator}")
+        arguments = [f"algorithm.adv_estimator={estimator}"]
+        code, out, configs = checked(script, *arguments)
         verdicts += code in (0, 1)
         fixes = [line[len("Fix: "):] for line in out.splitlines() if line.startswith("Fix: ")]
         if code == 1 and not fixes:
             problems.append(f"{name} {estimator}: refused without a Fix: line:\n{out}")
-        for fix in fixes if code == 1 else ():
-            fixed_code, fixed_out, fixed_configs = checked(*shlex.split(fix)[1:])
-            before = [_expected_kl(kl(config), estimator) for config in configs]
-            after = [kl(config) for config in fixed_configs]
+        if code != 1:
+            continue
+        launches = scripts.read_script(script, arguments).launches
+        before = [_expected_kl(found, estimator) for found in kls(launches, configs)]
+        for fix in fixes:
+            line_form = re.fullmatch(r"put at the end of main_ppo's line \((.+):(\d+)\): (.+)", fix)
+            if line_form:  # the overrides on that run's main_ppo line, checked as main_ppo's own arguments
+                overrides = shlex.split(line_form.group(3))
+                for number, launch in enumerate(launches):
+                    if launch.line == int(line_form.group(2)):
+                        fixed_code, fixed_out, fixed_configs = checked(*launch.known("unknown"), *overrides)
+                        after = kls([launch], fixed_configs, overrides)
+                        if fixed_code != 0 or after != before[number:number + 1]:
+                            problems.append(f"{name} {estimator}: Fix: {fix}\n gives exit {fixed_code}, KL {after} "
+                                            f"(expected {before[number]}):\n{fixed_out}")
+                continue
+            command = shlex.split(fix)[1:]
+            fixed_code, fixed_out, fixed_configs = checked(*command)
+            after = kls(scripts.read_script(Path(command[0]), command[1:]).launches, fixed_configs) \
+                if fixed_code == 0 else None
             if fixed_code != 0 or before != after:
                 problems.append(f"{name} {estimator}: Fix: {fix}\n gives exit {fixed_code}, KL {after} "
                                 f"(expected {before}):\n{fixed_out}")

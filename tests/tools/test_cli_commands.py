@@ -233,7 +233,8 @@ def test_recipe_imports_neither_verl_nor_torch_and_prints_only_the_recipe():
     assert not {"verl", "torch", "numpy", "ray", "hydra", "numba"} & set(json.loads(loaded))
 
 
-OURS = re.compile(r"^((ok  |FAIL)  .+|verl-rfpp is active\.|\(other libraries' messages: \S+\.log\)|)$")
+OURS = re.compile(r"^((ok  |FAIL)  .+|verl-rfpp is active\.|\(other libraries printed \d+ lines?, not shown: -v shows "
+                  r"them\)|)$")
 
 
 @pytest.mark.slow
@@ -242,12 +243,10 @@ def test_doctor_prints_only_its_own_lines_and_verbose_shows_verls(tmp_path):
     assert quiet_run.returncode == 0 and quiet_run.stderr == "", quiet_run.stderr
     lines = quiet_run.stdout.splitlines()
     assert all(OURS.match(line) for line in lines), quiet_run.stdout
-    assert lines[-1] == "verl-rfpp is active."
-    log = lines[0][len("(other libraries' messages: "):-1]
-    assert os.path.dirname(log) == str(tmp_path) and "engine is not available" in open(log).read()
+    assert lines[-1] == "verl-rfpp is active." and lines[0].startswith("(other libraries printed ")
     loud = _run("doctor", "--verbose", env={"TMPDIR": str(tmp_path)})
     assert loud.returncode == 0 and "engine is not available" in loud.stderr
-    assert loud.stdout.splitlines() == lines[1:] and len(os.listdir(tmp_path)) == 1  # no log of its own
+    assert loud.stdout.splitlines() == lines[1:] and os.listdir(tmp_path) == []  # nothing of its own left
 
 
 def _in_its_environment(variable: str, value: str) -> list[psutil.Process]:

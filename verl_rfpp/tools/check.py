@@ -6,10 +6,13 @@ are made."""
 from __future__ import annotations
 
 import contextlib
-import io
+import os
 import re
+import shlex
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from verl_rfpp.contract import validation
 from verl_rfpp.tools import quiet
@@ -27,7 +30,11 @@ here-document fed to main_ppo, ...) is exit 2 naming the line: pass the override
 set the variable for the reading (VAR=value verl-rfpp check SCRIPT). Every main_ppo run the
 script makes is judged, one block each ("run K of N (SCRIPT:LINE): ..."), in the environment the
 script gives it: when the script sets VERL_USE_EXTERNAL_PLUGINS, VERL_USE_EXTERNAL_MODULES or
-PYTHONPATH, a child python imports verl (and the modules those name) with them, as the run would.
+PYTHONPATH, an isolated child python (python -I, only those variables, no sitecustomize,
+LD_PRELOAD or PYTHONHOME of the script's, 120 s and 4 GiB at most) imports verl with them. The
+user's modules the script names (VERL_USE_EXTERNAL_MODULES, verl plugins on its PYTHONPATH) are
+imported only with --import-user-modules; without it, a verdict they could change is exit 2.
+check itself starts no program (verl's nvidia-smi probe included).
 
 ARGUMENTS: every word after SCRIPT is the script's own argument ($1, "$@"), as in
 bash SCRIPT ARGUMENTS; check's options go before SCRIPT. Overrides for main_ppo are appended
@@ -37,54 +44,84 @@ Without SCRIPT, the words are main_ppo's Hydra overrides.
 exit status (several runs: the worst of them, 2 > 3 > 1 > 0):
   0  the config runs the estimator as docs/contract.md defines it (or selects none of ours)
   1  refused: rule violations (each with its contract id, 6.2.x), a misspelt estimator name, or
-     verl would not run our estimator (activation); the last line, Fix: ..., is the command
-     (for SCRIPT) or the overrides to append after the script's own arguments
+     verl would not run our estimator (activation); the last line, Fix: ..., is the overrides to
+     append, or for SCRIPT the command with them once check has read the script again with it and
+     found every run accepted with its KL kept; else the overrides for the main_ppo line it names
+     and, in a note before it, why the command would not do
   2  usage: a bad option, a file that is not a bash script, a script check cannot read safely
      or that launches no main_ppo run
   3  Hydra cannot compose the overrides with verl's ppo_trainer config (unknown key, bad syntax,
      a config group set to null), or a key the rules read does not resolve (an unset
      ${oc.env:...}, a missing key in an interpolation, ???)
 
-Other libraries' messages (verl's import-time warnings) go to a log file of check's own, named
-in one line before the verdict when anything was written to it; -v shows them on the terminal."""
+Other libraries' messages (verl's import-time warnings) are counted in one line before the
+verdict, not shown; -v shows them on the terminal. check leaves no file: what other libraries
+write to the temporary directory goes to one of its own, removed at the end."""
 
 WORST_FIRST = (2, 3, 1, 0)  # several runs: the exit status is the worst (2: a run check cannot judge)
 
 
+@dataclass
+class Environments:
+    """What verl loads in each environment a script gives its runs (one child process each), and
+    whether those children import the user's modules the script names (``--import-user-modules``)."""
+
+    import_user_modules: bool = False
+    found: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One run's verdict: its exit status, the lines of its block (a refusal's ending in its own
+    ``Fix:`` line of overrides), the refusal's fixing overrides, and an accepted run's KL line."""
+
+    status: int
+    lines: tuple[str, ...]
+    fixes: Optional[tuple[str, ...]] = None
+    kl: str = ""
+
+
 def command(words: Sequence[str], verbose: bool = False, config_path: Optional[str] = None,
-            config_name: Optional[str] = None) -> int:
+            config_name: Optional[str] = None, import_user_modules: bool = False) -> int:
     """``verl-rfpp check``: read the runs (a script's main_ppo launches, or overrides), compose verl's
     config as main_ppo would, and print the verdict of each; the worst exit status."""
+    with _own_platform_variable():
+        return _command(list(words), verbose, config_path, config_name, import_user_modules)
+
+
+def _command(words: list, verbose: bool, config_path: Optional[str], config_name: Optional[str],
+             import_user_modules: bool) -> int:
     from verl_rfpp.tools import scripts
 
-    words = list(words)
     try:
         script = bool(words) and scripts.is_script(words[0])
     except scripts.ScriptError as error:
-        print(f"verl-rfpp check: {error}")
+        _print(f"verl-rfpp check: {error}")
         return 2
     if script and (config_path or config_name):
-        print("verl-rfpp check: --config-path/--config-name belong on the script's main_ppo line")
+        _print("verl-rfpp check: --config-path/--config-name belong on the script's main_ppo line")
         return 2
     if not script:
         return _check_overrides(words, verbose, config_path, config_name)
-    extra = words[1:]
+    path, extra = words[0], words[1:]
     try:
-        reading = scripts.read_script(Path(words[0]), extra)
+        reading = scripts.read_script(Path(path), extra)
     except scripts.ScriptError as error:
-        print(f"verl-rfpp check: {error}")
+        _print(f"verl-rfpp check: {error}")
         return 2
     for assumption in reading.assumptions:
-        print(f"assumed: {assumption}")
-    shown = ("bash", words[0], *extra)
-    statuses, verdicts = [], io.StringIO()
-    with quiet.quiet("check", verbose=verbose) as log, contextlib.redirect_stdout(verdicts):
-        for number, launch in enumerate(reading.launches, 1):
-            if len(reading.launches) > 1:
-                print(f"run {number} of {len(reading.launches)} ({words[0]}:{launch.line}): {launch.launcher}")
-            statuses.append(_check_launch(launch, reading, words[0], shown))
-    _print_after(log, verdicts.getvalue())
-    return max(statuses, key=WORST_FIRST[::-1].index)
+        _print(f"assumed: {assumption}")
+    with quiet.quiet("check", verbose=verbose, keep=False) as log:
+        loads = Environments(import_user_modules)
+        runs = [_judge_launch(launch, reading, path, loads) for launch in reading.launches]
+        endings = _fix_endings(path, extra, reading, runs, loads)
+    if log.mention():
+        _print(log.mention())
+    for number, (launch, run) in enumerate(zip(reading.launches, runs, strict=True), 1):
+        if len(runs) > 1:
+            _print(f"run {number} of {len(runs)} ({path}:{launch.line}): {launch.launcher}")
+        _print("\n".join([*run.lines[:-1], *endings[number - 1]] if number - 1 in endings else run.lines))
+    return max((run.status for run in runs), key=WORST_FIRST[::-1].index)
 
 
 def _check_overrides(words: list, verbose: bool, config_path: Optional[str], config_name: Optional[str]) -> int:
@@ -99,59 +136,57 @@ def _check_overrides(words: list, verbose: bool, config_path: Optional[str], con
     try:
         run = scripts.parse_main_ppo(given)
     except scripts.ScriptError as error:
-        print(f"verl-rfpp check: {error}; check takes -v, main_ppo's options and overrides, or SCRIPT "
+        _print(f"verl-rfpp check: {error}; check takes -v, main_ppo's options and overrides, or SCRIPT "
               "[ARGUMENTS...] (see verl-rfpp check --help)")
         return 2
-    with quiet.quiet("check", verbose=verbose) as log:
-        config_path, config_name, overrides = run.composition()
-        status, lines = _judge(overrides, config_path, config_name)
-    _print_after(log, "\n".join(lines) + "\n")
-    return status
-
-
-def _print_after(log: quiet.QuietLog, verdicts: str) -> None:
-    """The line naming check's log of other libraries' messages (when anything went there), then
-    the verdicts: a refusal's ``Fix:`` stays the last line."""
+    with quiet.quiet("check", verbose=verbose, keep=False) as log:
+        judged = _judge(run)
     if log.mention():
-        print(log.mention())
-    print(verdicts, end="")
+        _print(log.mention())
+    _print("\n".join(judged.lines))
+    return judged.status
 
 
-def _check_launch(launch, reading, script: str, shown: tuple) -> int:
-    """One run of a script: its overrides judged in the environment the script gives it. A value the
-    reading cannot know is exit 2 unless it is only the value of keys the verdict does not read, and
-    two stand-ins of it (a word and a number) give the same status and rule ids."""
+def _print(text: str) -> None:
+    """``print``, with what stdout's encoding cannot show (a byte of the script that is not UTF-8,
+    kept by the reader as a surrogate) written as a backslash escape instead of a traceback."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+
+
+def _judge_launch(launch, reading, script: str, loads: Environments, extra: Sequence[str] = ()) -> Judged:
+    """One run of a script (with ``extra`` appended to its main_ppo arguments): its overrides judged
+    in the environment the script gives it. A value the reading cannot know is exit 2 unless it is
+    only the value of keys the verdict does not read and two stand-ins of it (a word and a number)
+    give the same status and rule ids. ``loads``: what verl loads in each environment met so far
+    (one child process per environment)."""
     from verl_rfpp.tools import scripts
 
     try:
-        run = scripts.parse_main_ppo(launch.known("unknown"))
+        run = scripts.parse_main_ppo([*launch.known("unknown"), *extra])
     except scripts.ScriptError as error:
-        print(f"verl-rfpp check: {script}:{launch.line}: {error}")
-        return 2
-    loaded = _loaded_for(launch, reading, script)
+        return Judged(2, (f"verl-rfpp check: {script}:{launch.line}: {error}",))
+    notes, loaded = _loaded_for(launch, reading, script, loads)
     if isinstance(loaded, int):
-        return loaded
+        return Judged(loaded, notes)
     unknowns = launch.unknown_parts()
     reached = _unknown_read(launch, unknowns)
     if reached:
-        print(f"verl-rfpp check: {script}:{launch.line}: the verdict may depend on a value check cannot know "
-              f"without running something ({reached}); {scripts.WAY_OUT}")
-        return 2
-    config_path, config_name, overrides = run.composition()
-    status, lines = _judge(overrides, config_path, config_name, shown, launch.forwards, loaded)
+        return Judged(2, (*notes, f"verl-rfpp check: {script}:{launch.line}: the verdict may depend on a value check "
+                                  f"cannot know without running something ({reached}); {scripts.WAY_OUT}"))
+    judged = _judge(run, loaded)
+    if loaded is not None and loaded.not_imported and judged.status != 2:
+        notes += (f"note: not imported: {', '.join(loaded.not_imported)} (--import-user-modules imports it; it cannot "
+                  "change this verdict)",)
     if unknowns:
-        number = scripts.parse_main_ppo(launch.known("1")).composition()
-        other = _judge(number[2], number[0], number[1], shown, launch.forwards, loaded)
-        if _rule_ids(other) != _rule_ids((status, lines)):
+        other = _judge(scripts.parse_main_ppo([*launch.known("1"), *extra]), loaded)
+        if _rule_ids(other) != _rule_ids(judged):
             where = "; ".join(f"{script}:{line}: {construct}" for line, construct in unknowns)
-            print(f"verl-rfpp check: the verdict depends on a value check cannot know without running something "
-                  f"({where}); {scripts.WAY_OUT}")
-            return 2
-        for line, construct in unknowns:
-            print(f"assumed: {script}:{line}: `{construct}` is not known without running it; it is the value of "
-                  "a key no rule reads, one Hydra's override grammar reads")
-    print("\n".join(lines))
-    return status
+            return Judged(2, (*notes, f"verl-rfpp check: the verdict depends on a value check cannot know without "
+                                      f"running something ({where}); {scripts.WAY_OUT}"))
+        notes += tuple(f"assumed: {script}:{line}: `{construct}` is not known without running it; it is the value of "
+                       "a key no rule reads, one Hydra's override grammar reads" for line, construct in unknowns)
+    return Judged(judged.status, (*notes, *judged.lines), judged.fixes, judged.kl)
 
 
 def _unknown_read(launch, unknowns: list) -> str:
@@ -159,66 +194,119 @@ def _unknown_read(launch, unknowns: list) -> str:
     of a key the verdict reads (``validation.reads``); "" when it is only the value of other keys."""
     if not unknowns:
         return ""
-    for argument in launch.arguments:
+    shown = launch.known("<unknown>")
+    for index, argument in enumerate(launch.arguments):
         if not any(marker in argument for marker in launch.unknowns or {}):
             continue
         key, equals, _ = argument.partition("=")
-        shown = launch.known("<unknown>")[launch.arguments.index(argument)]
         if not equals or argument.startswith("-") or any(marker in key for marker in launch.unknowns):
-            return f"{shown!r} is not KEY=VALUE with a known KEY"
+            return f"{shown[index]!r} is not KEY=VALUE with a known KEY"
         if validation.reads(key):
-            return f"{shown!r} sets a key the verdict reads"
+            return f"{shown[index]!r} sets a key the verdict reads"
     return ""
 
 
-def _rule_ids(judged: tuple) -> tuple:
+def _rule_ids(judged: Judged) -> tuple:
     """A verdict's exit status and the rule ids it names (its text names the stand-in value)."""
-    status, lines = judged
-    return status, tuple(sorted(set(re.findall(r"\[(6\.\d+(?:\.\d+)?)\]", "\n".join(lines)))))
+    return judged.status, tuple(sorted(set(re.findall(r"\[(6\.\d+(?:\.\d+)?)\]", "\n".join(judged.lines)))))
 
 
-def _loaded_for(launch, reading, script: str):
-    """What verl loads in the launch's environment when the script changes it (``None``: check's
-    own environment holds); an exit status when that cannot be found out."""
+def _loaded_for(launch, reading, script: str, loads: Environments) -> tuple[tuple[str, ...], object]:
+    """The notes on the environment the script gives the launch, and what verl loads there
+    (``None``: check's own environment holds), or an exit status when that cannot be found out."""
     from verl_rfpp.adapter import environment
 
     changed = environment.differs(launch.environment)
     if not changed:
-        return None
-    for name, value in changed.items():
-        where = reading.exported_at.get(name)
-        print(f"note: the script runs main_ppo with {name}={value!r}" + (f" ({script}:{where})" if where else ""))
-    try:
-        return environment.loaded_in(launch.environment)
-    except environment.EnvironmentUnknown as error:
-        print(f"verl-rfpp check: cannot judge this run in the script's environment: {error}")
-        return 2
+        return (), None
+    notes = tuple(f"note: the script runs main_ppo with {name}={value!r}"
+                  + (f" ({script}:{reading.exported_at[name]})" if name in reading.exported_at else "")
+                  for name, value in changed.items())
+    key = tuple(sorted(changed.items(), key=str))
+    if key not in loads.found:
+        try:
+            loads.found[key] = environment.loaded_in(launch.environment, platform_without_programs(),
+                                                     loads.import_user_modules)
+        except environment.EnvironmentUnknown as error:
+            loads.found[key] = f"verl-rfpp check: cannot judge this run in the script's environment: {error}"
+    if isinstance(loads.found[key], str):
+        return (*notes, loads.found[key]), 2
+    return notes, loads.found[key]
 
 
-def _judge(overrides: Sequence[str], config_path: Optional[str], config_name: Optional[str],
-           shown: Sequence[str] = (), forwards: bool = True, loaded=None) -> tuple[int, list]:
-    """The verdict on one run's overrides: its exit status and the lines to print."""
+def _judge(run, loaded=None) -> Judged:
+    """The verdict on one main_ppo command line (``scripts.MainPpoCommand``)."""
     from verl_rfpp.adapter import loading
 
     plugin_loaded = loading.verl_loads_plugin()
+    platform_without_programs()
     from verl_rfpp.adapter import compose, verdict
 
+    config_path, config_name, overrides = run.composition()
     try:
-        config = compose.compose_verl_config(list(overrides), config_path, config_name)
+        config = compose.compose_verl_config(overrides, config_path, config_name)
     except ImportError:
         raise
     except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
-        return 3, [_composition_error(error, overrides)]
+        return Judged(3, (_composition_error(error, overrides),))
     found = verdict.judge(config, plugin_loaded=plugin_loaded)
     if loaded is not None:
         found = _in_environment(found, loaded)
+        unknown = _decided_by_user_code(found, loaded)
+        if unknown:
+            return Judged(2, (unknown,))
     unreadable = found.unread or (
         found.refusal if isinstance(found.refusal, validation.UnreadableConfigError) else None)
     if unreadable is not None:
-        return found.status, [_unreadable_message(unreadable, overrides)]
+        return Judged(found.status, (_unreadable_message(unreadable, overrides),))
     if found.refusal is not None:
-        return found.status, _refusal_lines(found.refusal, shown, forwards)
-    return found.status, [f"warning: {note}" for note in found.warnings] + [found.summary()]
+        fixes = getattr(found.refusal, "fixes", None)
+        return Judged(found.status, tuple(str(found.refusal).splitlines()), None if fixes is None else tuple(fixes))
+    return Judged(found.status, (*(f"warning: {note}" for note in found.warnings), found.summary()), kl=found.kl)
+
+
+def platform_without_programs() -> str:
+    """The name of verl's platform as verl 0.9.1 chooses it (``VERL_PLATFORM``, else the first
+    registered platform torch finds available, else ``nvidia``) but without the probe that starts
+    ``nvidia-smi`` / ``rocm-smi`` (``platform_manager._detect_platform_name``, reached when verl's
+    ``constants_ppo`` is imported), set as ``VERL_PLATFORM`` so that verl, when it asks, asks no
+    program: check starts none. Only in check's own process, for the command (``command`` restores
+    it): a training run detects its platform as verl does."""
+    from verl.plugin.platform import PlatformRegistry
+
+    if not os.environ.get("VERL_PLATFORM", "").strip():
+        os.environ["VERL_PLATFORM"] = next((name for name in PlatformRegistry.registered_names()
+                                            if PlatformRegistry.get(name)().is_platform_available()), "nvidia")
+    return os.environ["VERL_PLATFORM"].strip().lower()
+
+
+@contextlib.contextmanager
+def _own_platform_variable() -> Iterator[None]:
+    """``VERL_PLATFORM`` as it was before the block (``platform_without_programs`` may set it)."""
+    saved = os.environ.get("VERL_PLATFORM")
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("VERL_PLATFORM", None)
+        else:
+            os.environ["VERL_PLATFORM"] = saved
+
+
+def _decided_by_user_code(found, loaded) -> str:
+    """The exit-2 line when code the run imports and check did not (``loaded.not_imported``) decides
+    the verdict: a name that reads as ours misspelt may be one those modules register (section
+    6.3); a plugin on the script's PYTHONPATH, loaded with or after ours, may replace ours in verl's
+    registry. ``""`` otherwise (the user's modules are imported before verl's plugins)."""
+    plugins = [code for code in loaded.not_imported if not code.startswith("module ")]
+    if isinstance(found.refusal, validation.MisspeltEstimatorError) and loaded.not_imported:
+        what = f"whether {found.name!r} is an estimator that {', '.join(loaded.not_imported)} registers"
+    elif found.estimator is not None and plugins:
+        what = f"whether {', '.join(plugins)} leaves verl running verl-rfpp's {found.estimator}"
+    else:
+        return ""
+    return (f"verl-rfpp check: {what} cannot be known without importing it; check imports the user's code a script "
+            "names only when asked: verl-rfpp check --import-user-modules SCRIPT (its code then runs)")
 
 
 def _in_environment(found, loaded):
@@ -233,18 +321,107 @@ def _in_environment(found, loaded):
     return found
 
 
-def _refusal_lines(refusal: Exception, shown: Sequence[str], forwards: bool) -> list:
-    """The refusal; its closing ``Fix:`` line, for a script, is the script's command with the fixes."""
-    lines = str(refusal).splitlines()
-    fixes = getattr(refusal, "fixes", None)
-    if fixes is None or not shown:
-        return lines
-    lines = lines[:-1]
-    if not forwards:
-        lines.append(f'note: {shown[1]} does not pass its own arguments on to main_ppo (no "$@" at the end of its '
-                     'main_ppo line): put these overrides at the end of that line, or end it with "$@" and run the '
-                     "Fix command")
-    return lines + [validation.fix_line(list(fixes), tuple(shown))]
+def _fix_endings(script: str, extra: Sequence[str], reading, runs: Sequence[Judged], loads: Environments) -> dict:
+    """The closing lines of each refused run with fixes (by index). ``Fix: bash SCRIPT ARGUMENTS
+    FIXES`` only when check has read the script again with those arguments and every run was then
+    accepted with the KL it gets with the fixes on its main_ppo line (an accepted run: its own);
+    otherwise why that command cannot work, found by reading the script with stand-in arguments,
+    and the overrides to put at the end of each refused run's main_ppo line."""
+    refused = {index: run.fixes for index, run in enumerate(runs) if run.status == 1 and run.fixes is not None}
+    if not refused:
+        return {}
+    fixes = list(dict.fromkeys(fix for run_fixes in refused.values() for fix in run_fixes))
+    shown = ("bash", script, *extra, *fixes)
+    why = _command_fails(script, extra, fixes, reading, runs, refused, loads)
+    if why is None:
+        return {index: [validation.fix_line(fixes, ("bash", script, *extra))] for index in refused}
+    note = f"note: `{shlex.join(shown)}` would not fix this: {why}"
+    return {index: [note, f"Fix: put at the end of main_ppo's line ({script}:{reading.launches[index].line}): "
+                          + " ".join(shlex.quote(fix) for fix in run_fixes)]
+            for index, run_fixes in refused.items()}
+
+
+def _command_fails(script, extra, fixes, reading, runs, refused, loads) -> Optional[str]:
+    """Why ``bash SCRIPT EXTRA FIXES`` does not make every run accepted with the KL it should keep
+    (``None``: it does), from the script read again with those arguments."""
+    from verl_rfpp.tools import scripts
+
+    if any(run.status not in (0, 1) for run in runs):
+        return "a run of the script is not judged (exit 2 or 3), so no command can be verified"
+    expected = [_judge_launch(launch, reading, script, loads, refused[index]).kl if index in refused else run.kl
+                for index, (launch, run) in enumerate(zip(reading.launches, runs, strict=True))]
+    if any(index in refused and not kl for index, kl in enumerate(expected)):
+        return "the fixes on main_ppo's line are not accepted either"
+    try:
+        again = scripts.read_script(Path(script), [*extra, *fixes])
+    except scripts.ScriptError as error:
+        return _with_stand_ins(f"read with them, {error}", script, extra, fixes, reading)
+    if len(again.launches) != len(reading.launches):
+        return _with_stand_ins(f"with them the script makes {len(again.launches)} runs instead of "
+                               f"{len(reading.launches)}", script, extra, fixes, reading)
+    for launch, kl in zip(again.launches, expected, strict=True):
+        got = _judge_launch(launch, again, script, loads)
+        if got.status != 0 or got.kl != kl:
+            result = f"exit {got.status}" if got.status != 0 else f"KL: {got.kl or 'none'} instead of KL: {kl}"
+            return _with_stand_ins(f"read with them, its run at {script}:{launch.line} gets {result}", script, extra,
+                                   fixes, reading)
+    return None
+
+
+def _with_stand_ins(found: str, script, extra, fixes, reading) -> str:
+    """``found`` and, when the script reads appended arguments otherwise than appending them to main_ppo's
+    arguments, how: found by reading it with as many stand-in arguments (``verl_rfpp_argument_K=1``)."""
+    reasons = _stand_in_reasons(script, extra, len(fixes), reading, fixes)
+    return f"{found} (read with stand-in arguments: {reasons})" if reasons else found
+
+
+def _stand_in_reasons(script, extra, count, reading, fixes) -> str:
+    """What the script does with ``count`` arguments appended after ``extra``, found by reading it with
+    stand-ins in their place: where each lands in main_ppo's arguments (``""``: right at the end of
+    every run's, as appended overrides need)."""
+    from verl_rfpp.tools import scripts
+
+    stand_ins = [f"verl_rfpp_argument_{number}=1" for number in range(1, count + 1)]
+    try:
+        probe = scripts.read_script(Path(script), [*extra, *stand_ins])
+    except scripts.ScriptError:
+        return ""
+    if len(probe.launches) != len(reading.launches):
+        return f"given {count} more argument(s), the script makes {len(probe.launches)} runs instead of " \
+               f"{len(reading.launches)}"
+    keys = {fix.split("=", 1)[0].lstrip("+~") for fix in fixes}
+    reasons = []
+    positions = [f"${len(extra) + number}" for number in range(1, count + 1)]
+    for before, after in zip(reading.launches, probe.launches, strict=True):
+        where, words = f"{script}:{after.line}", list(after.arguments)
+        if words == [*before.arguments, *stand_ins]:
+            continue
+        whole = [stand_in for stand_in in stand_ins if stand_in in words]
+        inside = [word for word in words if word not in stand_ins and any(stand_in in word for stand_in in stand_ins)]
+        if not whole and not inside:
+            reasons.append(f"main_ppo's line at {where} gets none of the command's {', '.join(positions)}")
+            continue
+        missing = [position for position, stand_in in zip(positions, stand_ins, strict=True) if stand_in not in whole]
+        if missing:
+            reasons.append(f"main_ppo's line at {where} does not get the command's {', '.join(missing)} as given")
+        for word in inside:
+            taken = [position for position, stand_in in zip(positions, stand_ins, strict=True) if stand_in in word]
+            for position, stand_in in zip(positions, stand_ins, strict=True):
+                word = word.replace(stand_in, f"<{position}>")
+            reasons.append(f"the script makes `{word}` of the command's {', '.join(taken)} on main_ppo's line at "
+                           f"{where}")
+        kept = [word for word in after.arguments if not any(stand_in in word for stand_in in stand_ins)]
+        dropped = [word for word in before.arguments if word not in kept]
+        if dropped:
+            reasons.append(f"with them, main_ppo's line at {where} loses {shlex.join(dropped)}, which it has without "
+                           "them")
+        if whole:
+            later = [word for word in words[words.index(whole[-1]) + 1:]
+                     if word.split("=", 1)[0].lstrip("+~") in keys]
+            if later:
+                reasons.append(f"the script's own {shlex.join(later)} comes after its arguments at {where}, and "
+                               "main_ppo keeps the last value")
+    return "; ".join(reasons)
 
 
 def _composition_error(error: Exception, overrides: Sequence[str]) -> str:

@@ -17,13 +17,14 @@ from verl_rfpp.tools import check as check_command
 
 def _doctor(args: argparse.Namespace) -> int:
     """Report whether verl runs our estimators; exit 0 only if every piece is ours. verl's import-time
-    messages go to the command's log; ``--json`` (what ``--ray`` reads back from each node) leaves
-    them on stderr, to its caller, and prints the report as one line."""
+    messages are counted in one line (``-v``: shown); ``--json`` (what ``--ray`` reads back from each
+    node) leaves them on stderr, to its caller, and prints the report as one line. Nothing of it
+    remains in the temporary directory."""
     if args.ray is not None:
         return _doctor_cluster(args)
     from verl_rfpp.tools import doctor
 
-    with quiet.quiet("doctor", verbose=args.verbose or args.json) as log:
+    with quiet.scratch("doctor"), quiet.quiet("doctor", verbose=args.verbose or args.json, keep=False) as log:
         report = doctor.report()
     if args.json:
         from verl_rfpp.tools import cluster_doctor
@@ -59,8 +60,11 @@ def _mention(log: quiet.QuietLog) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    """``verl-rfpp check``: ``verl_rfpp.tools.check`` reads and judges the runs."""
-    return check_command.command(args.arguments, args.verbose, args.config_path, args.config_name)
+    """``verl-rfpp check``: ``verl_rfpp.tools.check`` reads and judges the runs, in a temporary
+    directory of its own, removed at the end."""
+    with quiet.scratch("check"):
+        return check_command.command(args.arguments, args.verbose, args.config_path, args.config_name,
+                                     args.import_user_modules)
 
 
 def _bandit(args: argparse.Namespace) -> int:
@@ -86,7 +90,7 @@ def _bandit(args: argparse.Namespace) -> int:
 def _recipe(args: argparse.Namespace) -> int:
     """The recipe's overrides, one a line, from ``validation.RECIPES``; imports neither verl nor torch."""
     print("\n".join(validation.RECIPES[args.estimator]), flush=True)
-    with quiet.quiet("recipe", verbose=args.verbose) as log:
+    with quiet.scratch("recipe"), quiet.quiet("recipe", verbose=args.verbose, keep=False) as log:
         problem = _no_loader_problem()
     # on stderr: $(verl-rfpp recipe NAME) still gets only the overrides
     for line in [f"verl-rfpp recipe: {problem}." if problem else "", log.mention()]:
@@ -379,12 +383,16 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check", help=COMMANDS["check"],
         usage=("verl-rfpp check [-h] [-v] [-cp DIR] [-cn NAME] [OVERRIDES ...]\n"
-               "       verl-rfpp check [-h] [-v] SCRIPT [ARGUMENTS ...]"),
+               "       verl-rfpp check [-h] [-v] [--import-user-modules] SCRIPT [ARGUMENTS ...]"),
         epilog=check_command.HELP, formatter_class=arguments.HelpFormatter)
     check.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     check.add_argument("-cp", "--config-path",
                        help="main_ppo's --config-path (relative to verl/trainer, as Hydra reads it; default: config)")
     check.add_argument("-cn", "--config-name", help="main_ppo's --config-name (default ppo_trainer)")
+    check.add_argument("--import-user-modules", action="store_true",
+                       help="let the child python that judges a run in the script's environment import the user's "
+                            "modules the script names (VERL_USE_EXTERNAL_MODULES, verl plugins on its PYTHONPATH): "
+                            "their code runs (default: not imported; a verdict they decide is exit 2)")
     check.add_argument("arguments", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGUMENTS] | OVERRIDES",
                        help="a launch script and its own arguments (every word after it), or Hydra overrides "
                             "as given to main_ppo")

@@ -2,12 +2,16 @@
 Ray's and numba's messages): file descriptor 2 of this process is sent to a log file of the command's
 own, made by ``tempfile.mkstemp`` (created exclusively, mode 0600, never a fixed path, never through a
 symlink). The log is removed when nothing was written to it; otherwise ``QuietLog.path`` names it.
-When no log can be made (an unwritable ``TMPDIR``) the lines are dropped, never a traceback."""
+With ``keep=False`` the log has no name at all (``tempfile.TemporaryFile``) and ``QuietLog`` only
+counts its lines. When no log can be made (an unwritable ``TMPDIR``) the lines are dropped, never a
+traceback. ``scratch`` gives a command a private temporary directory for what other libraries
+write there (torch's ``torchinductor_*`` cache), removed when the command ends."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -20,24 +24,37 @@ class QuietLog:
     nothing was written, when the block was verbose, or when no log could be made."""
 
     path: Optional[str] = None
+    lines: int = 0
 
     def mention(self) -> str:
-        """A sentence naming the log for the command's output, or ``""`` when there is none."""
-        return f"(other libraries' messages: {self.path})" if self.path else ""
+        """A sentence naming the log (or, for a log not kept, counting its lines) for the command's
+        output, or ``""`` when nothing was written."""
+        if self.path:
+            return f"(other libraries' messages: {self.path})"
+        if self.lines:
+            plural = "s" if self.lines > 1 else ""
+            return f"(other libraries printed {self.lines} line{plural}, not shown: -v shows them)"
+        return ""
 
 
 @contextlib.contextmanager
-def quiet(command: str, verbose: bool = False, stdout: bool = False) -> Iterator[QuietLog]:
+def quiet(command: str, verbose: bool = False, stdout: bool = False, keep: bool = True) -> Iterator[QuietLog]:
     """Send file descriptor 2 to ``verl-rfpp-COMMAND-*.log`` in the temporary directory for the
     block (``verbose``: leave it on the terminal). What the command prints on stdout is untouched,
     unless ``stdout``: then file descriptor 1 goes to the log too (a block that prints nothing of
-    its own while a library prints progress there: the tokenizer trainer of the demo's assets)."""
+    its own while a library prints progress there: the tokenizer trainer of the demo's assets).
+    ``keep=False``: the log is a file with no name, gone when closed; only its lines are counted."""
     log = QuietLog()
     if verbose:
         yield log
         return
+    anonymous = None
     try:
-        descriptor, path = tempfile.mkstemp(prefix=f"verl-rfpp-{command}-", suffix=".log")
+        if keep:
+            descriptor, path = tempfile.mkstemp(prefix=f"verl-rfpp-{command}-", suffix=".log")
+        else:
+            anonymous = tempfile.TemporaryFile()
+            descriptor, path = os.dup(anonymous.fileno()), None
     except OSError:
         descriptor, path = os.open(os.devnull, os.O_WRONLY), None
     routed = (1, 2) if stdout else (2,)
@@ -56,8 +73,41 @@ def quiet(command: str, verbose: bool = False, stdout: bool = False) -> Iterator
             os.close(copy)
         written = os.fstat(descriptor).st_size if path else 0
         os.close(descriptor)
+        if anonymous is not None:
+            anonymous.seek(0)
+            log.lines = sum(1 for _ in anonymous)
+            anonymous.close()
         if path and written:
             log.path = path
         elif path:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+_SCRATCH_VARIABLES = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")  # torch sets the second on import (cache_dir_utils)
+
+
+@contextlib.contextmanager
+def scratch(command: str) -> Iterator[Optional[str]]:
+    """A private temporary directory (``verl-rfpp-COMMAND-*``, mode 0700) for the block: ``TMPDIR`` and
+    ``tempfile.tempdir`` point at it, so what other libraries write to the temporary directory (the
+    ``torchinductor_USER`` folder torch makes when verl imports it, a child's files) lands there; it
+    is removed, and both restored, when the block ends. ``None`` (nothing changed) when it cannot be
+    made."""
+    try:
+        path = tempfile.mkdtemp(prefix=f"verl-rfpp-{command}-")
+    except OSError:
+        yield None
+        return
+    saved, saved_tempdir = {name: os.environ.get(name) for name in _SCRATCH_VARIABLES}, tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = path, path
+    try:
+        yield path
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        tempfile.tempdir = saved_tempdir
+        shutil.rmtree(path, ignore_errors=True)

@@ -22,9 +22,6 @@ MAIN_PPO = "verl.trainer.main_ppo"
 MAIN_PPO_FILE = "verl/trainer/main_ppo.py"
 WAY_OUT = ("pass main_ppo's overrides to check directly (verl-rfpp check OVERRIDES...), or set the value "
            "for the reading (VAR=value verl-rfpp check SCRIPT)")
-_FORWARDED = "verl_rfpp_appended_override=1"
-"""Appended in a second reading only (never in the verdict's): does an override after the script's
-arguments reach each launch, as the printed Fix: command needs?"""
 _PYTHON = re.compile(r"python[\d.]*")
 _SHELL_SYNTAX = re.compile(r"^\s*(#!|[A-Za-z_]\w*=|export\s|set\s+-|if\s|for\s|(python\S*|torchrun|uv|ray)\s)", re.M)
 
@@ -36,14 +33,12 @@ class ScriptError(Exception):
 @dataclass(frozen=True)
 class Launch:
     """One main_ppo run the script makes: its arguments (a value the reading cannot know is a
-    marker, see ``unknowns``), its line, the command words up to main_ppo, the environment it gets,
-    and ``forwards``: whether an override appended to the script's arguments reaches it (last)."""
+    marker, see ``unknowns``), its line, the command words up to main_ppo, and the environment it gets."""
 
     arguments: tuple[str, ...]
     line: int
     launcher: str
     environment: Mapping[str, str]
-    forwards: bool = False
     unknowns: Mapping[str, tuple[int, str]] = None  # type: ignore[assignment]
 
     def known(self, stand_in: str) -> tuple[str, ...]:
@@ -122,19 +117,11 @@ def read_script(script: Path, arguments: Sequence[str] = (), environ: Optional[M
     read safely (naming the line and the construct) or launches no run."""
     script = Path(script)
     environ = dict(os.environ if environ is None else environ)
-    first, assumptions, exported_at = _read(script, list(arguments), environ, cwd)
-    if not first:
+    launches, assumptions, exported_at = _read(script, list(arguments), environ, cwd)
+    if not launches:
         raise ScriptError(f"{script} launches no run: no command of it starts {MAIN_PPO} (python -m {MAIN_PPO} "
                           f"or .../{MAIN_PPO_FILE}, directly or through uv run, torchrun, ray job submit, ...)")
-    try:
-        second = _read(script, [*arguments, _FORWARDED], environ, cwd)[0]
-    except ScriptError:
-        second = []
-    same = len(second) == len(first)
-    launches = tuple(Launch(a.arguments, a.line, a.launcher, a.environment,
-                            same and second[i].arguments == (*a.arguments, _FORWARDED), a.unknowns)
-                     for i, a in enumerate(first))
-    return Reading(launches, tuple(dict.fromkeys(assumptions)), exported_at)
+    return Reading(tuple(launches), tuple(dict.fromkeys(assumptions)), exported_at)
 
 
 def _read(script: Path, arguments: list, environ: dict, cwd: Optional[str]):
