@@ -7,8 +7,8 @@ CPU time and 300 MB of memory (the child's own rusage)."""
 
 from __future__ import annotations
 
+import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +17,15 @@ import pytest
 
 pytestmark = pytest.mark.slow  # a check process per case
 
+_MEASURE = """
+import json, resource, subprocess, sys
+resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
+status = subprocess.run(sys.argv[2:]).returncode
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+json.dump({"cpu": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss}, open(sys.argv[1], "w"))
+sys.exit(status)
+"""
+"""Runs check in a process of its own and writes the CPU time and peak memory of check alone."""
 LAUNCH = "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=reinforce_plus_plus_baseline"
 
 
@@ -102,13 +111,14 @@ def test_a_bound_is_one_line_exit_2_before_verl_within_2_s_and_300_mb(case, tmp_
     repository = Path(__file__).resolve().parents[2]
     environment = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TMPDIR": str(tmp_path),
                    "PYTHONPATH": os.pathsep.join([str(fake), str(repository)]), "PYTHONIOENCODING": "utf-8"}
-    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    out, err, usage_file = tmp_path / "stdout", tmp_path / "stderr", tmp_path / "usage.json"
     with open(out, "w") as stdout, open(err, "w") as stderr:
-        child = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "check", str(script)], cwd=tmp_path,
-                                 env=environment, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                                 preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (60, 60)))
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
+        # A fresh process of our own runs check and reads its rusage: in a pytest worker where an
+        # earlier test started Ray, a SIGCHLD handler could reap a child this process waits for.
+        child = subprocess.run([sys.executable, "-c", _MEASURE, str(usage_file), sys.executable, "-m",
+                                "verl_rfpp.tools.cli", "check", str(script)], cwd=tmp_path, env=environment,
+                               stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, timeout=120)
+    usage = json.loads(usage_file.read_text())
     printed, errors = out.read_text(), err.read_text()
     lines = printed.splitlines()
     assert child.returncode == 2, (case, printed, errors)
@@ -117,6 +127,5 @@ def test_a_bound_is_one_line_exit_2_before_verl_within_2_s_and_300_mb(case, tmp_
     if expected:
         assert expected in lines[0], lines[0]
     assert not witness.exists(), "check imported verl before refusing"
-    cpu = usage.ru_utime + usage.ru_stime
-    assert cpu < 2.0, f"{case}: {cpu:.2f} s of CPU"
-    assert usage.ru_maxrss < 300 * 1024, f"{case}: {usage.ru_maxrss} KB"
+    assert usage["cpu"] < 2.0, f"{case}: {usage['cpu']:.2f} s of CPU"
+    assert usage["maxrss_kb"] < 300 * 1024, f"{case}: {usage['maxrss_kb']} KB"
