@@ -69,7 +69,7 @@ CHECK_TIMEOUT = 300  # check bounds its own child python at 300 s; a hang is a m
 _HEADER = re.compile(r"^run (\d+) of (\d+) \(")
 _RULE = re.compile(r"\[(\d+\.\d+(?:\.\d+)*)\]")
 _WORST_LAST = (0, 1, 3, 2)  # several runs: check exits with the worst (docs/contract.md section 6.5)
-_ASIDE = ("assumed:", "note:", "warning:", "(other libraries' messages", "Fix:")
+_ASIDE = ("assumed:", "note:", "warning:", "(other libraries", "Fix:")
 
 
 @dataclass(frozen=True)
