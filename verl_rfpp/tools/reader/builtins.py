@@ -31,6 +31,14 @@ if TYPE_CHECKING:
     from verl_rfpp.tools.reader.shell import Shell
 
 MAX_SOURCE_DEPTH = 20
+# The comparisons of test and [[ ]] on integers, and the file tests (read on this machine).
+NUMERIC = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-lt": lambda a, b: a < b,
+           "-le": lambda a, b: a <= b, "-gt": lambda a, b: a > b, "-ge": lambda a, b: a >= b}
+FILE_TESTS = {"-f": os.path.isfile, "-d": os.path.isdir, "-e": os.path.exists, "-a": os.path.exists,
+              "-L": os.path.islink, "-h": os.path.islink,
+              "-s": lambda p: os.path.isfile(p) and os.path.getsize(p) > 0,
+              "-x": lambda p: os.access(p, os.X_OK), "-r": lambda p: os.access(p, os.R_OK),
+              "-w": lambda p: os.access(p, os.W_OK)}
 
 
 def _echo(shell: Shell, fields: list, node) -> Status:
@@ -393,8 +401,8 @@ def _test_arguments(shell: Shell, arguments: list, node) -> Optional[bool]:
     raise shell.refuse(node, "check does not model test with more than four arguments or this form")
 
 
-_UNARY = {"-z", "-n", "-v", "-f", "-d", "-e", "-a", "-x", "-r", "-s", "-L", "-h", "-w"}
-_BINARY = {"=", "==", "!=", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-a", "-o", "<", ">"}
+_UNARY = {"-z", "-n", "-v", *FILE_TESTS}
+_BINARY = {"=", "==", "!=", "-a", "-o", "<", ">", *NUMERIC}
 
 
 def _binary(shell: Shell, left: str, operator: str, right: str, node) -> Optional[bool]:
@@ -413,7 +421,7 @@ def _binary(shell: Shell, left: str, operator: str, right: str, node) -> Optiona
     a, b = arithmetic.test_integer(left), arithmetic.test_integer(right)
     if a is None or b is None:
         raise _TestError  # bash: "integer expression expected"
-    return {"-eq": a == b, "-ne": a != b, "-lt": a < b, "-le": a <= b, "-gt": a > b, "-ge": a >= b}[operator]
+    return NUMERIC[operator](a, b)
 
 
 def _trap(shell: Shell, fields: list, node) -> Status:

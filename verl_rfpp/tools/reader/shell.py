@@ -1195,9 +1195,9 @@ class Shell:
                 if self.is_unknown(left) or any(p is not BREAK and self.is_unknown(p.text) for p in pieces):
                     return None
                 return words.Pattern(pieces).match(left) != (operator == "!=")
-            if operator in _NUMERIC:
+            if operator in builtins.NUMERIC:
                 a, b = self._arithmetic(left_node), self._arithmetic(right_node)
-                return None if a is None or b is None else _NUMERIC[operator](a, b)
+                return None if a is None or b is None else builtins.NUMERIC[operator](a, b)
             raise self.refuse(node, f"check does not model the test {operator}")
         if kind in ("word", "string", "raw_string", "simple_expansion", "expansion", "concatenation",
                     "command_substitution", "number"):
@@ -1254,13 +1254,13 @@ class Shell:
             return operand != ""
         if operator == "-v":
             return operand in self.variables
-        if operator in _FILE_TESTS:
+        if operator in builtins.FILE_TESTS:
             if self.is_unknown(self.cwd):
                 return None
             path = os.path.normpath(os.path.join(self.cwd, operand))
             if path in self.written or "" in self.written:
                 raise self.refuse(node, "a test of a file the script may have written")
-            found = _FILE_TESTS[operator](path)
+            found = builtins.FILE_TESTS[operator](path)
             self.note(node, f"is {str(found).lower()} on this machine (read, as the run's machine is assumed "
                             "to have the same files)")
             return found
@@ -1291,8 +1291,7 @@ class Shell:
             if append:
                 old = self.variables.get(name, [])
                 items = (old if isinstance(old, list) else [old]) + items
-            self._hold(name, items, node)
-            self.variables[name] = items
+            self._set(name, items, node)
         else:
             value = self._one(value_node, assignment=True)
             if append:
@@ -1302,8 +1301,6 @@ class Shell:
                     return name
                 value = old + value
             self._set(name, [value] if array else value, node)
-        if name in self.state.exported:
-            self.exported_at[name] = line(node)
         return name
 
     def _set(self, name: str, value, node) -> None:
@@ -1337,15 +1334,6 @@ class Shell:
 
 _WORDS = {"word", "string", "raw_string", "ansi_c_string", "simple_expansion", "expansion", "concatenation",
           "command_substitution", "arithmetic_expansion", "number", "translated_string", "extglob_pattern", "regex"}
-_NUMERIC = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-lt": lambda a, b: a < b,
-            "-le": lambda a, b: a <= b, "-gt": lambda a, b: a > b, "-ge": lambda a, b: a >= b}
-_FILE_TESTS = {"-f": os.path.isfile, "-d": os.path.isdir, "-e": os.path.exists, "-a": os.path.exists,
-               "-L": os.path.islink, "-h": os.path.islink,
-               "-s": lambda p: os.path.isfile(p) and os.path.getsize(p) > 0,
-               "-x": lambda p: os.access(p, os.X_OK), "-r": lambda p: os.access(p, os.R_OK),
-               "-w": lambda p: os.access(p, os.W_OK)}
-
-
 def _only_all(node) -> bool:
     """Whether a double-quoted string is exactly ``"$@"`` or ``"${a[@]}"`` (no empty field of its own)."""
     named = [child for child in node.children if child.is_named]
