@@ -15,11 +15,11 @@ __version__ = "0.1.0"
 
 _HOMES = {
     "verl_rfpp.errors": ("EmptyPopulationError", "NonFiniteError", "RfppError", "RfppInputError"),
-    "verl_rfpp.core.estimators": ("EstimatorResult", "compute_reinforce_plus_plus_advantage",
+    "verl_rfpp.estimators": ("EstimatorResult", "compute_reinforce_plus_plus_advantage",
                              "compute_reinforce_plus_plus_baseline_advantage", "discounted_returns",
                              "group_centered_rewards", "reinforce_plus_plus", "reinforce_plus_plus_baseline"),
     "verl_rfpp.core.normalization": ("VARIANCE_FLOOR", "NormalizationStats", "masked_global_normalize"),
-    "verl_rfpp.contract.validation": ("ESTIMATOR_NAMES",),
+    "verl_rfpp.catalog": ("ESTIMATOR_NAMES",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

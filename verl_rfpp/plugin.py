@@ -4,8 +4,10 @@ imports verl, and importing it, once and idempotently, applies every patch of th
 table (``verl_rfpp.adapter.table.TABLE``; what each does: ``verl_rfpp.adapter``). No other module
 of the package changes verl when imported (tests/adapter/test_activation.py).
 
-It is also the public home of the adapter's names: verl's registries, ``doctor`` and the traces
-show our entries as ``verl_rfpp.plugin.<name>``; ``deactivate()`` undoes every patch (tests).
+It is also the public home of the adapter's names (``deactivate()`` undoes every patch, for tests).
+verl's estimator registry holds a ``GuardedEstimator`` per record of ``verl_rfpp.catalog``, its
+policy-loss registry ``verl_rfpp.losses.rfpp_policy_loss``; both pickle by reference to where they
+are defined, so nothing needs re-exporting here.
 """
 
 from __future__ import annotations
@@ -13,19 +15,17 @@ from __future__ import annotations
 import importlib
 
 from verl_rfpp.adapter import config, runtime_env, table
-from verl_rfpp.adapter.actor_loss import rfpp_policy_loss
 from verl_rfpp.adapter.patching import status
 from verl_rfpp.adapter.registries import (
     CORE_ALGOS,
     ENTRY_POINT,
-    ESTIMATORS,
     TRACE_ENV,
     ActivationError,
+    GuardedEstimator,
     activation_problem,
     ensure_active,
+    entries,
     exclusion_cause,
-    guarded_reinforce_plus_plus_advantage,
-    guarded_reinforce_plus_plus_baseline_advantage,
     not_loaded_problem,
     registered_ours,
 )
@@ -45,11 +45,11 @@ from verl_rfpp.adapter.versions import (
 from verl_rfpp.adapter.workers import WorkerPluginError
 
 __all__ = [
-    "ActivationError", "CORE_ALGOS", "ENTRY_POINT", "ESTIMATORS", "MARKER", "PATCHES", "SUPPORTED_VERL_TEXT",
-    "TABLE", "TESTED_VERL", "table", "TRACE_ENV", "WorkerPluginError", "activate", "activation_problem",
-    "check_verl_version", "guarded_reinforce_plus_plus_advantage", "guarded_reinforce_plus_plus_baseline_advantage",
-    "deactivate", "ensure_active", "exclusion_cause", "hooks_status", "no_loader_problem", "not_loaded_problem",
-    "registered_ours", "rfpp_policy_loss", "verl_supported", "verl_tested", "verl_version", "version_check",
+    "activate", "activation_problem", "ActivationError", "check_verl_version", "CORE_ALGOS", "deactivate",
+    "ensure_active", "entries", "ENTRY_POINT", "exclusion_cause", "GuardedEstimator", "hooks_status", "MARKER",
+    "no_loader_problem", "not_loaded_problem", "PATCHES", "registered_ours", "SUPPORTED_VERL_TEXT", "table",
+    "TABLE", "TESTED_VERL", "TRACE_ENV", "verl_supported", "verl_tested", "verl_version", "version_check",
+    "WorkerPluginError",
 ]
 
 

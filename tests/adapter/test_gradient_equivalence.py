@@ -30,7 +30,7 @@ import pytest
 import torch
 from support import reference
 
-from verl_rfpp.contract import validation
+from verl_rfpp import catalog, validation
 
 pytestmark = pytest.mark.slow  # verl's actor workers run as processes
 
@@ -201,7 +201,7 @@ def _overrides(n: int, prompts_per_mini_batch: int, *, micro=None, max_tokens=No
 
 def _base_overrides(model_dir: Path) -> list[str]:
     """The recipe, plus what the CPU needs (as ``verl-rfpp demo``), plus real packing."""
-    out = list(validation.RECIPES[validation.BASELINE])
+    out = list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name])
     role = "actor_rollout_ref.actor"
     out += [f"{role}.strategy=fsdp2", f"{role}.fsdp_config.use_torch_compile=False",
             f"{role}.fsdp_config.model_dtype=fp32", f"{role}.fsdp_config.dtype=float32",

@@ -12,9 +12,8 @@ import torch
 from support import reference
 from tensordict import TensorDict
 
+from verl_rfpp import losses, validation
 from verl_rfpp.adapter.compose import compose_verl_config
-from verl_rfpp.contract import validation
-from verl_rfpp.core import losses
 
 EPS = 0.2
 KL_COEF = 0.01
@@ -185,7 +184,7 @@ def test_clipped_surrogate_with_asymmetric_bounds_matches_reference(eps_low, eps
 
 @pytest.mark.parametrize("eps_low,eps_high", ASYMMETRIC)
 def test_policy_loss_with_asymmetric_bounds_matches_reference(eps_low, eps_high, device):
-    from verl_rfpp.plugin import rfpp_policy_loss
+    from verl_rfpp.losses import rfpp_policy_loss
 
     b = _batch(seed=7, rows=12, length=16)
     on = _on(b, device)
@@ -245,7 +244,7 @@ def test_bad_loss_inputs_are_refused_naming_the_argument():
 
 @pytest.mark.parametrize("garbage", [math.nan, math.inf, -math.inf, 1e30])
 def test_masked_garbage_does_not_reach_our_policy_loss_or_its_gradient(garbage):
-    from verl_rfpp.plugin import rfpp_policy_loss
+    from verl_rfpp.losses import rfpp_policy_loss
 
     actor = _actor_config()
     b = _batch(seed=3)
@@ -270,7 +269,7 @@ def test_masked_garbage_does_not_reach_our_policy_loss_or_its_gradient(garbage):
 
 def test_policy_loss_refuses_token_mean():
     from verl_rfpp.errors import RfppError
-    from verl_rfpp.plugin import rfpp_policy_loss
+    from verl_rfpp.losses import rfpp_policy_loss
 
     b = _batch()
     with pytest.raises(RfppError, match="seq-mean-token-mean"):
@@ -406,7 +405,7 @@ def test_response_mean_over_ranks_needs_the_global_count():
 def test_policy_loss_refuses_dp_size_zero_from_the_batch_info(dp_size):
     """``global_batch_info['dp_size'] = 0`` is refused, not read as one rank."""
     from verl_rfpp.errors import RfppInputError
-    from verl_rfpp.plugin import rfpp_policy_loss
+    from verl_rfpp.losses import rfpp_policy_loss
 
     actor = _actor_config()
     actor.global_batch_info.update(dp_size=dp_size, global_batch_size=4)

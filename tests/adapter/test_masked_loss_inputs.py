@@ -153,8 +153,8 @@ def test_nan_in_a_float_response_mask_is_refused_in_the_loss_path(layout):
     """verl's ``ppo_loss`` reads the mask as ``.to(bool)``, so a NaN counted as a valid token; for
     an ``rfpp`` actor it is the estimators' refusal (``inputs.check_response_mask``), naming the
     first NaN, and so is the engine's response count (docs/contract.md sections 1.6, 9.5)."""
-    from verl_rfpp.core.losses import responses_with_valid_tokens
     from verl_rfpp.errors import RfppInputError
+    from verl_rfpp.losses import responses_with_valid_tokens
 
     b = _batch(seed=3)
     b["mask"][2, 1] = math.nan

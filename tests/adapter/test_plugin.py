@@ -164,10 +164,9 @@ def test_a_config_key_the_rules_read_missing_from_verls_config_is_refused_by_nam
     import verl.utils.config
     from omegaconf import open_dict
 
-    from verl_rfpp import plugin
+    from verl_rfpp import plugin, validation
     from verl_rfpp.adapter.compose import compose_verl_config
-    from verl_rfpp.contract import validation
-    from verl_rfpp.contract.validation import ConfigViolationError
+    from verl_rfpp.validation import ConfigViolationError
 
     config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus_baseline"]))
     with open_dict(config):

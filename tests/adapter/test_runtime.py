@@ -10,9 +10,8 @@ import torch
 from support import reference
 from support.batches import make_batch
 
-from verl_rfpp import plugin
+from verl_rfpp import plugin, validation
 from verl_rfpp.adapter.compose import compose_verl_config
-from verl_rfpp.contract import validation
 from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.tools import cli
 
@@ -63,7 +62,7 @@ def test_activation_guard_names_an_overriding_plugin(fresh_process_state):
     core_algos.ADV_ESTIMATOR_REGISTRY["reinforce_plus_plus"] = someone_elses_estimator
     rewards, mask, _ = make_batch(0)
     with pytest.raises(plugin.ActivationError, match="another plugin overrode it with .*someone_elses_estimator"):
-        plugin.guarded_reinforce_plus_plus_advantage(token_level_rewards=rewards, response_mask=mask, config=None)
+        plugin.entries()["reinforce_plus_plus"](token_level_rewards=rewards, response_mask=mask, config=None)
     import verl.utils.config
 
     config = compose_verl_config(list(validation.RECIPES["reinforce_plus_plus"]))

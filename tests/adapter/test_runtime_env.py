@@ -12,9 +12,9 @@ import sys
 import pytest
 
 import verl_rfpp
+from verl_rfpp import catalog, validation
 from verl_rfpp.adapter import runtime_env
 from verl_rfpp.adapter.compose import compose_verl_config
-from verl_rfpp.contract import validation
 
 
 def _job_env(overrides):
@@ -23,7 +23,7 @@ def _job_env(overrides):
     return get_ppo_ray_runtime_env(compose_verl_config(overrides))
 
 
-@pytest.mark.parametrize("estimator", validation.ESTIMATOR_NAMES)
+@pytest.mark.parametrize("estimator", catalog.names())
 def test_our_runs_ask_every_ray_process_for_the_plugin_at_the_drivers_version(estimator, monkeypatch):
     monkeypatch.setenv(runtime_env.MODULES_ENV, "someone.elses_module")
     env_vars = _job_env(list(validation.RECIPES[estimator]))["env_vars"]
@@ -120,7 +120,7 @@ def _job_sees(tmp_path, overrides):
 def test_a_users_runtime_env_is_merged_with_the_plugins_in_main_ppos_real_job(tmp_path):
     """The user's modules stay and ``verl_rfpp.plugin`` joins them; the user's other variables
     stay; a user-set driver version is replaced by the driver's real one, with a WARNING."""
-    overrides = list(validation.RECIPES[validation.BASELINE]) + [
+    overrides = list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name]) + [
         f"{USER_ENV}.{runtime_env.MODULES_ENV}=my_org.verl_plugin", f"{USER_ENV}.MY_ORG_SETTING=kept",
         f"{USER_ENV}.{runtime_env.DRIVER_VERSION_ENV}=0.0.1"]
     seen, run = _job_sees(tmp_path, overrides)
@@ -130,7 +130,7 @@ def test_a_users_runtime_env_is_merged_with_the_plugins_in_main_ppos_real_job(tm
 
 
 def test_config_notes_name_what_a_users_runtime_env_changes():
-    config = compose_verl_config(list(validation.RECIPES[validation.BASELINE]) + [
+    config = compose_verl_config(list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name]) + [
         f"{USER_ENV}.{runtime_env.MODULES_ENV}=my_org.verl_plugin",
         f"{USER_ENV}.{runtime_env.DRIVER_VERSION_ENV}=0.0.1", f"{USER_ENV}.{runtime_env.PLUGINS_ENV}=none",
         "+ray_kwargs.ray_init.runtime_env.conda=my_env"])
@@ -140,7 +140,7 @@ def test_config_notes_name_what_a_users_runtime_env_changes():
     assert "VERL_RFPP_DRIVER_VERSION=0.0.1 is verl-rfpp's own variable" in notes[1] and "Fix: remove" in notes[1]
     assert "loaded in every process of the job anyway" in notes[2]
     assert "runtime_env.conda gives the job's workers another Python environment" in notes[3]
-    assert runtime_env.config_notes(compose_verl_config(list(validation.RECIPES[validation.BASELINE]))) == []
+    assert runtime_env.config_notes(compose_verl_config(list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name]))) == []
 
 
 def test_a_grpo_run_keeps_its_runtime_env_and_config_untouched():

@@ -11,7 +11,7 @@ import torch
 from support import reference
 
 from verl_rfpp import RfppInputError, reinforce_plus_plus_baseline
-from verl_rfpp.core.estimators import compute_reinforce_plus_plus_baseline_advantage
+from verl_rfpp.estimators import compute_reinforce_plus_plus_baseline_advantage
 
 TOLERANCE = {torch.float32: 1e-6, torch.float64: 1e-12}
 

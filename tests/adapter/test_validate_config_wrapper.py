@@ -9,9 +9,9 @@ import traceback
 import pytest
 import verl.utils.config as verl_config
 
+from verl_rfpp import validation
 from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.adapter.table import VALIDATE_CONFIG
-from verl_rfpp.contract import validation
 from verl_rfpp.tools import cli
 
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])

@@ -28,11 +28,10 @@ import pytest
 import torch
 import verl  # noqa: F401  (loads the plugin through its entry point)
 
-from verl_rfpp import plugin
+from verl_rfpp import plugin, validation
 from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.adapter.patching import ABSENT, _resolve
 from verl_rfpp.adapter.table import TABLE
-from verl_rfpp.contract import validation
 from verl_rfpp.tools import cli
 
 pytestmark = pytest.mark.slow  # three fresh processes, each importing verl's trainers
@@ -91,7 +90,7 @@ def _broken(module: str, path: str, action: str):
 
 def _estimator_call() -> str:
     try:
-        plugin.guarded_reinforce_plus_plus_baseline_advantage(
+        plugin.entries()["reinforce_plus_plus_baseline"](
             token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3),
             index=np.array(["a", "a"], dtype=object))
     except plugin.ActivationError as error:
@@ -138,14 +137,14 @@ import numpy as np, torch
 import verl  # loads the plugin through its entry point
 from verl_rfpp.tools import cli
 from verl_rfpp import plugin
-from verl_rfpp.contract import validation
+from verl_rfpp import validation
 from verl_rfpp.adapter.compose import compose_verl_config
 for module in sys.argv[1:]:
     __import__(module)
 result = {"loaded": "verl_rfpp.plugin" in sys.modules, "status": plugin.hooks_status(),
           "patched": {patch.name: patch.applied() for patch in plugin.TABLE}}
 try:
-    plugin.guarded_reinforce_plus_plus_baseline_advantage(
+    plugin.entries()["reinforce_plus_plus_baseline"](
         token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3),
         index=np.array(["a", "a"], dtype=object))
     result["call"] = "ran"

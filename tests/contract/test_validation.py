@@ -16,8 +16,8 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 from support.composed import compose
 
+from verl_rfpp import catalog, validation
 from verl_rfpp.adapter.compose import compose_verl_config
-from verl_rfpp.contract import validation
 
 RFPP = list(validation.RECIPES["reinforce_plus_plus"])
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])
@@ -183,7 +183,7 @@ def _kl(config, estimator):
           "loss": OmegaConf.select(config, f"{AR}.actor.use_kl_loss") is True}
     coefficient = {"reward": OmegaConf.select(config, "algorithm.kl_ctrl.kl_coef"),
                    "loss": OmegaConf.select(config, f"{AR}.actor.kl_loss_coef")}
-    order = ("reward", "loss") if estimator == validation.REINFORCE_PLUS_PLUS else ("loss", "reward")
+    order = ("reward", "loss") if estimator == catalog.REINFORCE_PLUS_PLUS.name else ("loss", "reward")
     return next(((form, coefficient[form]) for form in order if on[form]), None)
 
 
@@ -225,7 +225,7 @@ def test_the_fix_line_makes_the_config_ok_with_kl_still_on(overrides, expected):
         before = None
     after = _kl(repaired, estimator)
     if before is not None:
-        method_form = "reward" if estimator == validation.REINFORCE_PLUS_PLUS else "loss"
+        method_form = "reward" if estimator == catalog.REINFORCE_PLUS_PLUS.name else "loss"
         assert after is not None and after[0] == method_form, (before, after)
         if _usable(before[1]):
             assert after[1] == before[1]
@@ -257,8 +257,8 @@ def _contract_table():
     """docs/contract.md's 6.2 table: id -> (estimators, keys)."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "contract.md").read_text()
     table = text[text.index("| id | rule | estimator | keys |"):].split("\n\n", 1)[0].splitlines()[2:]
-    names = {"both": validation.BOTH, "baseline": (validation.BASELINE,),
-             "reinforce_plus_plus": (validation.REINFORCE_PLUS_PLUS,)}
+    names = {"both": validation.BOTH, "baseline": (catalog.REINFORCE_PLUS_PLUS_BASELINE.name,),
+             "reinforce_plus_plus": (catalog.REINFORCE_PLUS_PLUS.name,)}
     rows = {}
     for line in table:
         rule_id, _, estimator, keys = (cell.strip() for cell in line.strip("|").split(" | "))

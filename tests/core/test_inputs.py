@@ -22,11 +22,11 @@ from verl_rfpp import (
     RfppInputError,
     discounted_returns,
     group_centered_rewards,
+    losses,
     masked_global_normalize,
     reinforce_plus_plus,
     reinforce_plus_plus_baseline,
 )
-from verl_rfpp.core import losses
 from verl_rfpp.core.normalization import normalize_row_constant
 
 pytestmark = pytest.mark.usefixtures("passes_implementation")

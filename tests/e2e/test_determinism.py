@@ -157,7 +157,7 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
        dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]), threads=st.sampled_from([1, 2]))
 def test_the_estimators_give_the_same_bits_on_repeated_calls(rows, length, seed, dtype, threads):
     """Issue 31 item 4: same inputs, same bits, call after call and whatever torch's thread count."""
-    from verl_rfpp.core import estimators
+    from verl_rfpp import estimators
 
     generator = torch.Generator().manual_seed(seed)
     rewards = torch.randn(rows, length, generator=generator, dtype=torch.float64).to(dtype)

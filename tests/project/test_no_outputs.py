@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_rfpp.contract import validation
+from verl_rfpp import validation
 
 pytestmark = pytest.mark.slow  # git, verl-rfpp check and main_ppo in processes of their own
 

@@ -96,7 +96,7 @@ FIRST_USE = """
 import matplotlib
 import torch
 
-from verl_rfpp.core.estimators import reinforce_plus_plus
+from verl_rfpp.estimators import reinforce_plus_plus
 
 matplotlib.use("Agg")
 

@@ -50,8 +50,8 @@ if __package__ in (None, ""):  # run as a file: ``python tests/support/different
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from support import standins  # noqa: E402
+from verl_rfpp import validation  # noqa: E402
 from verl_rfpp.adapter import compose  # noqa: E402
-from verl_rfpp.contract import validation  # noqa: E402
 from verl_rfpp.tools import cli  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent.parent

@@ -15,6 +15,7 @@ import ray
 import verl  # noqa: F401  (loads the plugin in this driver, as in verl's TaskRunner)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from verl_rfpp import catalog
 from verl_rfpp.adapter import workers
 
 
@@ -32,10 +33,10 @@ def _job_runtime_env() -> dict:
     through the plugin's hook)."""
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
+    from verl_rfpp import validation
     from verl_rfpp.adapter.compose import compose_verl_config
-    from verl_rfpp.contract import validation
 
-    return get_ppo_ray_runtime_env(compose_verl_config(list(validation.RECIPES[validation.BASELINE])))
+    return get_ppo_ray_runtime_env(compose_verl_config(list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name])))
 
 
 class _Group:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_rfpp.contract import validation
+from verl_rfpp import validation
 from verl_rfpp.tools import cli
 
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from verl_rfpp.contract import validation
+from verl_rfpp import catalog, validation
 
 pytestmark = pytest.mark.slow  # check in a process of its own, and its child python
 
-BASELINE = " ".join(validation.RECIPES[validation.BASELINE])
+BASELINE = " ".join(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name])
 
 
 def _witnessing(tmp_path: Path) -> tuple[Path, dict]:

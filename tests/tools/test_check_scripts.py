@@ -15,8 +15,8 @@ import pytest
 from support.checking import check as _check
 from support.checking import kl as _kl
 
+from verl_rfpp import catalog, validation
 from verl_rfpp.adapter.compose import compose_verl_config
-from verl_rfpp.contract import validation
 from verl_rfpp.tools import scripts
 
 pytestmark = pytest.mark.slow  # composes verl's config twice per case
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # composes verl's config twice per case
 HERE = Path(__file__).resolve().parent
 VERL_SCRIPTS = HERE / "scripts"
 EXAMPLES = sorted((HERE.parents[1] / "examples").glob("*.sh"))
-BASELINE, RFPP = validation.BASELINE, validation.REINFORCE_PLUS_PLUS
+BASELINE, RFPP = catalog.REINFORCE_PLUS_PLUS_BASELINE.name, catalog.REINFORCE_PLUS_PLUS.name
 
 
 def _run_config(script, arguments):

@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from support.checking import check, kl
 
+from verl_rfpp import catalog
 from verl_rfpp.adapter import compose
-from verl_rfpp.contract import validation
 from verl_rfpp.tools import scripts
 
 pytestmark = pytest.mark.slow  # 126 checks and their Fix commands
 
 CORPUS = Path(__file__).resolve().parent / "scripts" / "verl"
 SCRIPTS = sorted(CORPUS.rglob("*.sh"))
-ESTIMATORS = (validation.REINFORCE_PLUS_PLUS, validation.BASELINE)
+ESTIMATORS = (catalog.REINFORCE_PLUS_PLUS.name, catalog.REINFORCE_PLUS_PLUS_BASELINE.name)
 
 # The checks (one per script, as below) that reached a verdict (exit 0 or 1) with check as it
 # was before issue 29 (main at 051028d: the script ran under bash with stand-ins for python,
@@ -45,7 +45,7 @@ VERDICTS_BEFORE = 57
 def _expected_kl(before: dict, estimator: str) -> dict:
     """The KL after the fix: the method's own form (k1 in the reward for REINFORCE++, the k2 loss
     for the baseline) with the coefficient the script had on, its own form's first; off if off."""
-    own, other = ("reward", "loss") if estimator == validation.REINFORCE_PLUS_PLUS else ("loss", "reward")
+    own, other = ("reward", "loss") if estimator == catalog.REINFORCE_PLUS_PLUS.name else ("loss", "reward")
     return {own: before[own] if before[own] is not False else before[other], other: False}
 
 

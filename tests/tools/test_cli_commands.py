@@ -24,8 +24,8 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from support.composed import compose
 
+from verl_rfpp import catalog, validation
 from verl_rfpp.adapter import verdict
-from verl_rfpp.contract import validation
 from verl_rfpp.cpu import demo
 from verl_rfpp.tools import cli, cluster_doctor
 
@@ -85,8 +85,8 @@ def test_every_command_takes_verbose():
 
 # --- check's OK line names the KL in use (contract 6.5) -----------------------------------------
 
-BASELINE = list(validation.RECIPES[validation.BASELINE])
-RFPP = list(validation.RECIPES[validation.REINFORCE_PLUS_PLUS])
+BASELINE = list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name])
+RFPP = list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS.name])
 
 
 @pytest.mark.parametrize("overrides,kl", [

@@ -12,16 +12,16 @@ import sys
 
 import pytest
 
-from verl_rfpp.contract import validation
+from verl_rfpp import catalog, validation
 
 pytestmark = pytest.mark.slow  # each command in a process of its own
 
-BASELINE = validation.RECIPES[validation.BASELINE]
+BASELINE = validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name]
 COMMANDS = {
     "check-overrides": ["check", *BASELINE, "actor_rollout_ref.rollout.n=1"],
     "check-script": ["check", "run.sh"],  # its exports make check ask a child python what verl loads
     "doctor": ["doctor"],
-    "recipe": ["recipe", validation.BASELINE],
+    "recipe": ["recipe", catalog.REINFORCE_PLUS_PLUS_BASELINE.name],
 }
 
 

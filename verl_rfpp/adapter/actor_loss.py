@@ -1,19 +1,18 @@
-"""verl's actor loss: policy-loss mode ``rfpp``, the plain clipped surrogate with the response mean
-(docs/contract.md section 5), and verl's ``ppo_loss`` reading no masked slot for an ``rfpp`` actor
+"""verl's actor loss: the registry slot of policy-loss mode ``rfpp`` (``verl_rfpp.losses.rfpp_policy_loss``,
+docs/contract.md section 5), and verl's ``ppo_loss`` reading no masked slot for an ``rfpp`` actor
 (section 1.3)."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
+from verl_rfpp import losses
 from verl_rfpp.adapter.patching import Internal, marked
-from verl_rfpp.adapter.state import public
-from verl_rfpp.contract import validation
-from verl_rfpp.core import inputs, losses
-from verl_rfpp.errors import RfppError
+from verl_rfpp.catalog import POLICY_LOSS_MODE
+from verl_rfpp.core import inputs
 
 LOSSES = "verl.workers.utils.losses"  # ppo_loss: policy loss + verl's entropy and k2 terms
 # bind it by name at import (the engine workers before the plugin could wrap it, were it not for the table)
@@ -27,7 +26,7 @@ def is_rfpp_actor(config: Any) -> bool:
     """Whether an ``ActorConfig`` (or its OmegaConf node) selects policy-loss mode ``rfpp``."""
     policy = getattr(config, "policy_loss", None)
     mode = policy.get("loss_mode", None) if policy is not None else None
-    return mode == validation.POLICY_LOSS_MODE
+    return mode == POLICY_LOSS_MODE
 
 # What ``select_masked_inputs`` and ``with_response_count`` rely on in verl's ppo_loss path.
 PPO_LOSS_INTERNALS = (
@@ -41,54 +40,6 @@ INTERNALS = (
     Internal(CORE_ALGOS, "POLICY_LOSS_REGISTRY", kind=dict),
     Internal(CORE_ALGOS, "get_policy_loss_fn"),
 )
-
-
-@public
-def rfpp_policy_loss(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str = validation.RESPONSE_MEAN,
-    config: Any = None,
-    rollout_is_weights: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    """verl policy-loss mode ``rfpp``: the clipped surrogate of docs/contract.md section 5, response mean.
-
-    Args:
-        old_log_prob, log_prob, advantages, response_mask: ``(bs, response_length)``.
-        loss_agg_mode: must be ``seq-mean-token-mean``.
-        config: verl's ``ActorConfig`` (``clip_ratio``, ``clip_ratio_low``, ``clip_ratio_high``,
-            ``global_batch_info``).
-        rollout_is_weights: optional per-token importance weights, applied to valid tokens.
-
-    Returns:
-        ``(loss, metrics)`` with verl's ``actor/pg_clipfrac``, ``actor/ppo_kl`` and
-        ``actor/pg_clipfrac_lower``. Unlike verl's ``vanilla`` there is no dual-clip.
-    """
-    if loss_agg_mode != validation.RESPONSE_MEAN:
-        raise RfppError(
-            f"verl_rfpp: policy loss 'rfpp' needs loss_agg_mode={validation.RESPONSE_MEAN}, got "
-            f"{loss_agg_mode!r}. Fix: actor_rollout_ref.actor.loss_agg_mode={validation.RESPONSE_MEAN}"
-        )
-    clip = config.clip_ratio
-    clip_low = config.clip_ratio_low if config.clip_ratio_low is not None else clip
-    clip_high = config.clip_ratio_high if config.clip_ratio_high is not None else clip
-    loss_mat, diagnostics = losses.clipped_surrogate(
-        old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high
-    )
-    if rollout_is_weights is not None:
-        loss_mat = loss_mat * torch.where(response_mask.bool(), rollout_is_weights, 0.0)
-    batch_info = dict(getattr(config, "global_batch_info", None) or {})
-    dp_size = batch_info.get("dp_size")
-    loss = losses.response_mean(
-        loss_mat,
-        response_mask,
-        global_batch_size=batch_info.get("global_batch_size"),
-        dp_size=1 if dp_size is None else dp_size,
-    )
-    metrics = {f"actor/{name}": value.detach().item() for name, value in diagnostics.items()}
-    return loss, metrics
 
 
 def select_masked_inputs(data: Any) -> Any:

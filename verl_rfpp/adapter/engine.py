@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 import torch
 
+from verl_rfpp import losses
 from verl_rfpp.adapter.actor_loss import is_rfpp_actor
 from verl_rfpp.adapter.patching import Internal, marked
 from verl_rfpp.adapter.state import logger
-from verl_rfpp.core import losses
 
 ENGINE_BASE = "verl.workers.engine.base"  # BaseEngine.train_batch: one optimizer step, every engine
 

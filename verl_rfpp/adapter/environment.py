@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from verl_rfpp.contract import validation
+from verl_rfpp import catalog
 
 LOADING_VARIABLES = ("VERL_USE_EXTERNAL_PLUGINS", "VERL_USE_EXTERNAL_MODULES", "PYTHONPATH")
 TIMEOUT_S = 120  # importing verl and torch takes about 5 s on an idle machine
@@ -112,7 +112,7 @@ def loaded_in(environment: Mapping[str, str], platform: str, import_user_modules
         raise EnvironmentUnknown(f"{used[0]} holds a NUL byte, which no program's environment can")
     code = user_code(environment)
     paths = [*(_pythonpath(environment) if import_user_modules else ()), *(p for p in sys.path if p)]
-    source = _SOURCE.replace("NAMES", repr(validation.ESTIMATOR_NAMES)).replace("PATHS", repr(paths))
+    source = _SOURCE.replace("NAMES", repr(catalog.names())).replace("PATHS", repr(paths))
     env = {"VERL_PLATFORM": platform, "PATH": "", "LC_ALL": "C.UTF-8"}
     if "VERL_USE_EXTERNAL_PLUGINS" in environment:
         env["VERL_USE_EXTERNAL_PLUGINS"] = environment["VERL_USE_EXTERNAL_PLUGINS"]

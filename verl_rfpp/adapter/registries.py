@@ -1,5 +1,5 @@
-"""verl's advantage-estimator registry: our two entries, and whether verl resolves to them
-(docs/contract.md sections 8.1, 8.2, 9).
+"""verl's advantage-estimator registry: an entry for each estimator record (``verl_rfpp.catalog``),
+and whether verl resolves to them (docs/contract.md sections 8.1, 8.2, 9).
 
 The registry is reached through ``core_algos``' module attribute at call time (verl's own tests
 rebind the dict). ``register_adv_est`` refuses a name already bound, so the entries are assigned.
@@ -8,16 +8,15 @@ rebind the dict). ``register_adv_est`` refuses a name already bound, so the entr
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 
+from verl_rfpp import catalog, estimators, validation
 from verl_rfpp.adapter import sessions
-from verl_rfpp.adapter.patching import Internal
-from verl_rfpp.adapter.state import public
+from verl_rfpp.adapter.patching import MARKER, Internal
 from verl_rfpp.adapter.versions import no_loader_problem
-from verl_rfpp.contract import validation
-from verl_rfpp.core import estimators
 from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.errors import RfppError
 
@@ -64,75 +63,48 @@ def _after_call(name: str, result: estimators.EstimatorResult) -> None:
                          f"raw_adv_std={float(result.stats.raw_std):.6g}\n")
 
 
-@public
-def guarded_reinforce_plus_plus_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's registry entry ``reinforce_plus_plus`` (docs/contract.md sections 2, 4, 8, 9): the pure
-    ``verl_rfpp.compute_reinforce_plus_plus_advantage`` behind the activation guard and the run
-    config's check (once per process), its statistics kept for verl's logger.
+@dataclass(frozen=True)
+class GuardedEstimator:
+    """verl's registry entry for one estimator record (docs/contract.md sections 2-4, 8, 9): its
+    pure function behind the activation guard and the run config's check (once per process), its
+    statistics kept for verl's logger. The record's family decides the call: the group family gets
+    ``index`` (verl's uids) and the v1 step's agent sessions (``sessions.current``, section 3.7),
+    the returns family ``config`` (the ``algorithm`` node, ``gamma``). An instance pickles by its
+    record, so Ray may ship it to any worker. Returns ``(advantages, returns)``, both
+    ``(bs, response_length)``."""
 
-    Args:
-        token_level_rewards: ``(bs, response_length)``.
-        response_mask: ``(bs, response_length)``.
-        config: the ``algorithm`` node (``gamma``); ``None`` means ``gamma = 1``.
+    estimator: catalog.Estimator
 
-    Returns:
-        ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``G``.
-    """
-    _guard_first_call("reinforce_plus_plus", config)
-    result = estimators.reinforce_plus_plus(token_level_rewards, response_mask, config)
-    _after_call("reinforce_plus_plus", result)
-    return result.advantages, result.returns
+    def __repr__(self) -> str:
+        return f"GuardedEstimator({self.estimator.name})"
 
-
-@public
-def guarded_reinforce_plus_plus_baseline_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    config: Any = None,
-    index: Any = None,
-    session: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's registry entry ``reinforce_plus_plus_baseline`` (docs/contract.md sections 3, 4, 8, 9):
-    the pure ``verl_rfpp.compute_reinforce_plus_plus_baseline_advantage`` behind the activation guard
-    and the run config's check (once per process), with the v1 step's agent sessions, its statistics
-    kept for verl's logger.
-
-    Args:
-        token_level_rewards: ``(bs, response_length)``.
-        response_mask: ``(bs, response_length)``.
-        config: the ``algorithm`` node (unused by the estimate itself).
-        index: ``(bs,)`` uids, verl's ``data.non_tensor_batch["uid"]``.
-        session: ``(bs,)`` session labels (section 3.7); by default the agent sessions of verl's
-            v1 step batch (``sessions.current``), none outside it.
-
-    Returns:
-        ``(advantages, returns)``, both ``(bs, response_length)``: ``A_hat`` and ``m * C``.
-    """
-    _guard_first_call("reinforce_plus_plus_baseline", config)
-    if session is None and isinstance(token_level_rewards, torch.Tensor) and token_level_rewards.dim() >= 1:
-        session = sessions.current(token_level_rewards.shape[0])
-    result = estimators.reinforce_plus_plus_baseline(token_level_rewards, response_mask, index, session=session)
-    _after_call("reinforce_plus_plus_baseline", result)
-    return result.advantages, result.returns
+    def __call__(self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config: Any = None,
+                 index: Any = None, session: Any = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        name = self.estimator.name
+        _guard_first_call(name, config)
+        if self.estimator.family.groups:
+            if session is None and isinstance(token_level_rewards, torch.Tensor) and token_level_rewards.dim() >= 1:
+                session = sessions.current(token_level_rewards.shape[0])
+            result = self.estimator.compute()(token_level_rewards, response_mask, index, session=session)
+        else:
+            result = self.estimator.compute()(token_level_rewards, response_mask, config)
+        _after_call(name, result)
+        return result.advantages, result.returns
 
 
-ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
-    "reinforce_plus_plus": guarded_reinforce_plus_plus_advantage,
-    "reinforce_plus_plus_baseline": guarded_reinforce_plus_plus_baseline_advantage,
-}
+setattr(GuardedEstimator, MARKER, True)
+
+
+def entries() -> dict[str, GuardedEstimator]:
+    """verl's registry entry of every estimator record, by name."""
+    return {estimator.name: GuardedEstimator(estimator) for estimator in catalog.ESTIMATORS}
 
 
 def registered_ours(name: str) -> bool:
     """Whether verl's registry resolves ``name`` to our estimator."""
     from verl.trainer.ppo import core_algos
 
-    return core_algos.ADV_ESTIMATOR_REGISTRY.get(name) is ESTIMATORS[name]
+    return core_algos.ADV_ESTIMATOR_REGISTRY.get(name) == GuardedEstimator(catalog.estimator(name))
 
 
 def activation_problem(name: str, config: Any = None) -> Optional[str]:

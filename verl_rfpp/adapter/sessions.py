@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from verl_rfpp import catalog
 from verl_rfpp.adapter.patching import Internal, marked
-from verl_rfpp.contract import validation
 from verl_rfpp.errors import RfppError
 
 V1_TRAINER = "verl.trainer.ppo.v1.trainer_base"
@@ -68,15 +68,21 @@ def current(rows: int) -> np.ndarray | None:
     return labels
 
 
+def uses_sessions(adv_estimator: Any) -> bool:
+    """Whether ``adv_estimator`` (a name or verl's enum) is ours and of the group family."""
+    name = getattr(adv_estimator, "value", adv_estimator)
+    return isinstance(name, str) and name in catalog.names() and catalog.estimator(name).family.groups
+
+
 def _counting_sessions(original: Any) -> Any:
-    """``trainer_base.compute_advantage_for_multi_trajectories`` that, for REINFORCE++-baseline
-    only, tells the estimator each row's agent session (``current``); any other estimator reaches
-    verl's function untouched."""
+    """``trainer_base.compute_advantage_for_multi_trajectories`` that, for an estimator of ours of
+    the group family only (REINFORCE++-baseline), tells the estimator each row's agent session
+    (``current``); any other estimator reaches verl's function untouched."""
 
     @functools.wraps(original)
     def compute_advantage_for_multi_trajectories(data: Any, batch_keys: Any, adv_estimator: Any, *args: Any,
                                                  **kwargs: Any) -> Any:
-        if adv_estimator != validation.BASELINE:
+        if not uses_sessions(adv_estimator):
             return original(data, batch_keys, adv_estimator, *args, **kwargs)
         token = _SESSIONS.set(session_labels(batch_keys, data.non_tensor_batch["uid"]))
         try:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from verl_rfpp import losses
 from verl_rfpp.adapter import actor_loss, config, engine, registries, runtime_env, sessions, tracking, workers
 from verl_rfpp.adapter.patching import FINDER, Attribute, Entry, MetaPathEntry, Patch, failures
-from verl_rfpp.contract import validation
+from verl_rfpp.catalog import POLICY_LOSS_MODE
 
 CORE_ALGOS = registries.CORE_ALGOS
 UNCHANGED = "verl's own function, called with the same arguments; its result returned unchanged"
@@ -41,16 +42,16 @@ ESTIMATOR_PATCHES = tuple(
         name=f"estimator {name}",
         module=CORE_ALGOS,
         slot=Entry("ADV_ESTIMATOR_REGISTRY", name),
-        replace=lambda _, function=function: function,
+        replace=lambda _, entry=entry: entry,
         internals=registries.INTERNALS,
         others="nothing: every other name of verl's registry keeps verl's estimator",
     )
-    for name, function in registries.ESTIMATORS.items())
+    for name, entry in registries.entries().items())
 POLICY_LOSS = Patch(
-    name=f"policy loss {validation.POLICY_LOSS_MODE}",
+    name=f"policy loss {POLICY_LOSS_MODE}",
     module=CORE_ALGOS,
-    slot=Entry("POLICY_LOSS_REGISTRY", validation.POLICY_LOSS_MODE),
-    replace=lambda _: actor_loss.rfpp_policy_loss,
+    slot=Entry("POLICY_LOSS_REGISTRY", POLICY_LOSS_MODE),
+    replace=lambda _: losses.rfpp_policy_loss,
     internals=actor_loss.INTERNALS,
     others="nothing: a new name; every other policy loss stays verl's",
 )
@@ -110,7 +111,7 @@ SESSIONS = Patch(
     slot=Attribute(sessions.FUNCTION),
     replace=sessions._counting_sessions,
     internals=sessions.INTERNALS,
-    others=UNCHANGED + " unless the estimator is reinforce_plus_plus_baseline",
+    others=UNCHANGED + " unless the estimator is of the group family (reinforce_plus_plus_baseline)",
 )
 
 # The finder first (the others may wait for it), then the validation wrapper, so that a later

@@ -1,7 +1,7 @@
 """One verdict on a run config, for ``verl-rfpp check`` and verl's ``validate_config`` alike
 (docs/contract.md sections 6.3, 6.4 and 6.5): is the run ours, would verl run our estimator (active), and
 does the config keep the contract (valid), asked in that order. The rules themselves are
-``verl_rfpp.contract.validation``'s pure table; this module adds what needs verl: its registry and the
+``verl_rfpp.validation``'s pure table; this module adds what needs verl: its registry and the
 plugin's activation state."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
 
+from verl_rfpp import validation
 from verl_rfpp.adapter.registries import ActivationError, activation_problem, not_loaded_problem
 from verl_rfpp.adapter.runtime_env import config_notes
-from verl_rfpp.contract import validation
 from verl_rfpp.errors import RfppError
 
 OK, REFUSED, UNREADABLE = 0, 1, 3  # the exit status of each verdict (verl-rfpp check --help)

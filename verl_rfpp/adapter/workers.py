@@ -17,9 +17,9 @@ import functools
 import os
 from typing import Any, Callable, Optional
 
+from verl_rfpp import validation
 from verl_rfpp.adapter.patching import Internal, marked
 from verl_rfpp.adapter.state import logger
-from verl_rfpp.contract import validation
 from verl_rfpp.errors import RfppError
 
 LEGACY_TRAINER = "verl.trainer.ppo.ray_trainer"  # RayPPOTrainer.init_workers

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from verl_rfpp.core import losses
+from verl_rfpp import losses
 
 EPS_CLIP = 0.2
 

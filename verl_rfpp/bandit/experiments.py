@@ -9,13 +9,13 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from verl_rfpp import catalog, losses
 from verl_rfpp.bandit.env import TabularBandit, advantages_from, draw_batch, entropy, sgd_step
-from verl_rfpp.core import losses
 from verl_rfpp.errors import RfppError
 
 GRPO, RLOO = "grpo", "rloo"
 GRPO_POP = "grpo_population_std"  # GRPO standardized with the population std (ddof 0); not in verl
-RFPP, BASELINE = "reinforce_plus_plus", "reinforce_plus_plus_baseline"
+RFPP, BASELINE = catalog.REINFORCE_PLUS_PLUS.name, catalog.REINFORCE_PLUS_PLUS_BASELINE.name
 # (prompts per step, samples per prompt): every method sees 256 samples per step
 BATCH_SHAPE = {GRPO: (32, 8), GRPO_POP: (32, 8), RLOO: (32, 8), BASELINE: (32, 8), RFPP: (256, 1)}
 NOISE_METHODS = (GRPO, GRPO_POP, BASELINE, RFPP)

@@ -61,7 +61,7 @@ def selected_row_sums(values: torch.Tensor, response_mask: torch.Tensor):
     return valid, _row_sums(selected), row_lengths(valid)
 
 
-def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float):
+def returns_pass(rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float):
     """``(returns, valid, row_sum, row_count)`` with the KL-to-go returns of docs/contract.md section 2,
     ``G[i,t] = m[i,t] * sum_{u=t..T_i} gamma^(u-t) * select(m, r)[i,u]``, and per row the sum of
     ``G`` over valid positions and ``L_i``."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from verl_rfpp.contract import validation
+from verl_rfpp import catalog, validation
 from verl_rfpp.cpu import assets, guard, trace
 from verl_rfpp.errors import RfppError
 from verl_rfpp.tools import cluster
@@ -41,7 +41,7 @@ def recipe(estimator: str, ours: bool = True) -> list[str]:
     excluded): the same recipe with verl's ``vanilla`` policy loss instead of ``rfpp`` (equal
     gradients here: one on-policy update per step, so every ratio is 1 and no clip is active).
     ``grpo``: the baseline recipe (k2 KL loss, 0.01, response mean) with verl's grpo estimator."""
-    name = validation.BASELINE if estimator == GRPO else estimator
+    name = catalog.REINFORCE_PLUS_PLUS_BASELINE.name if estimator == GRPO else estimator
     overrides = [o for o in validation.RECIPES[name] if not o.startswith("actor_rollout_ref.rollout.n=")]
     if estimator == GRPO:
         overrides = [f"algorithm.adv_estimator={GRPO}" if o.startswith("algorithm.adv_estimator=") else o
@@ -70,7 +70,7 @@ def multi_turn_overrides(out_dir: Path) -> list[str]:
 
 
 MULTINODE_EXAMPLE = "run_qwen2.5-7b_gsm8k_rfpp_baseline_multinode.sh"
-MULTINODE_ESTIMATOR = "reinforce_plus_plus_baseline"  # the example's algorithm.adv_estimator
+MULTINODE_ESTIMATOR = catalog.REINFORCE_PLUS_PLUS_BASELINE.name  # the example's algorithm.adv_estimator
 # The example's overrides a run of the tiny model on the CPU does not take, by key prefix: the
 # model, the data, vLLM and the GPU counts (the CPU run sets its own) ...
 NOT_FOR_CPU = ("actor_rollout_ref.model.", "data.", "actor_rollout_ref.rollout.name=",

@@ -13,6 +13,7 @@ import functools
 import importlib
 import os
 
+from verl_rfpp import catalog
 from verl_rfpp.adapter.patching import Attribute, Internal, Patch, failures
 from verl_rfpp.cpu import trace
 
@@ -124,7 +125,6 @@ ADV_STD_METRIC = "cpu/advantages_std"
 # ``module:function``; when set, the driver adds ``function(batch)``'s metrics to every step's data
 # metrics (a task's own measurements, e.g. verl_rfpp.curves.noisy_task.probe)
 PROBE_ENV = "VERL_RFPP_METRICS_PROBE"
-TRACED_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
 
 # The two hooks below change no number verl computes; they only observe (the run trace and one
@@ -164,7 +164,7 @@ def _with_advantage_std(original):
         from verl.trainer.ppo import core_algos
 
         resolved = {name: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(name), "__module__", None)
-                    for name in TRACED_ESTIMATORS}
+                    for name in catalog.names()}
         trace.write("metrics", adv_std=f"{std:.6g}", **resolved)
         probe = os.environ.get(PROBE_ENV)
         if probe:

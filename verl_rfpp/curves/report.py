@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from verl_rfpp import catalog
 from verl_rfpp.cpu import patches
 from verl_rfpp.curves.series import band, mean, series, std
 
@@ -33,7 +34,7 @@ def summarize(records: list[dict]) -> dict[str, dict]:
     for label, runs in by_method(records).items():
         first = [mean(series(r, REWARD)[:WINDOW]) for r in runs]
         last = [mean(series(r, REWARD)[-WINDOW:]) for r in runs]
-        kl_tag = KL_REWARD if runs[0]["method"]["estimator"] == "reinforce_plus_plus" else KL_LOSS
+        kl_tag = KL_LOSS if _groups(runs[0]["method"]["estimator"]) else KL_REWARD
         table[label] = {
             "seeds": len(runs),
             "reward_first": mean(first), "reward_first_std": std(first),
@@ -77,8 +78,8 @@ def plots(out: Path, records: list[dict]) -> list[Path]:
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
     for label, runs in grouped.items():
         estimator = runs[0]["method"]["estimator"]
-        band(axes[1] if estimator == "reinforce_plus_plus" else axes[0], runs,
-              KL_REWARD if estimator == "reinforce_plus_plus" else KL_LOSS, label)
+        band(axes[0] if _groups(estimator) else axes[1], runs,
+              KL_LOSS if _groups(estimator) else KL_REWARD, label)
     axes[0].set(xlabel="training step", ylabel=KL_LOSS, title="k2 KL loss (baseline recipe, GRPO)")
     axes[1].set(xlabel="training step", ylabel=KL_REWARD, title="k1 KL in the reward (REINFORCE++ recipe)")
     for axis in axes:
@@ -151,12 +152,17 @@ def report(records: list[dict], steps: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _groups(estimator: str) -> bool:
+    """Whether ``estimator`` (a run's ``algorithm.adv_estimator``) uses the group KL loss: ours of the
+    group family, or GRPO."""
+    return estimator not in catalog.names() or catalog.estimator(estimator).family.groups
+
+
 def comparison(records: list[dict]) -> str:
     """What differs between ours and verl's built-ins on this task, in numbers, and what cannot."""
     table = summarize(records)
     lines = ["## Ours against verl's built-ins on this task", ""]
-    for estimator, name in (("reinforce_plus_plus_baseline", "REINFORCE++-baseline"),
-                            ("reinforce_plus_plus", "REINFORCE++")):
+    for name in (record.label for record in catalog.ESTIMATORS):
         ours, verl = table.get(f"ours {name}"), table.get(f"verl {name}")
         if not ours or not verl:
             continue

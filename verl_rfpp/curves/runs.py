@@ -9,14 +9,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from verl_rfpp import catalog
 from verl_rfpp.cpu import launch
 from verl_rfpp.cpu import trace as run_trace
 from verl_rfpp.errors import RfppError
 
 logger = logging.getLogger("verl_rfpp")
 
-BASELINE, RFPP = "reinforce_plus_plus_baseline", "reinforce_plus_plus"
-OUR_MODULE, VERL_MODULE = "verl_rfpp.plugin", "verl.trainer.ppo.core_algos"
+BASELINE, RFPP = catalog.REINFORCE_PLUS_PLUS_BASELINE.name, catalog.REINFORCE_PLUS_PLUS.name
+# the module of verl's registry entry for an estimator: ours (``GuardedEstimator``) or verl's own
+OUR_MODULE, VERL_MODULE = "verl_rfpp.adapter.registries", "verl.trainer.ppo.core_algos"
 
 
 class CurvesError(RfppError):
@@ -34,10 +36,8 @@ class Method:
 
 
 METHODS = (
-    Method("ours_baseline", "ours REINFORCE++-baseline", BASELINE, True),
-    Method("verl_baseline", "verl REINFORCE++-baseline", BASELINE, False),
-    Method("ours_rfpp", "ours REINFORCE++", RFPP, True),
-    Method("verl_rfpp", "verl REINFORCE++", RFPP, False),
+    *(Method(f"{side}_{record.short}", f"{side} {record.label}", record.name, side == "ours")
+      for record in (catalog.REINFORCE_PLUS_PLUS_BASELINE, catalog.REINFORCE_PLUS_PLUS) for side in ("ours", "verl")),
     Method("verl_grpo", "verl GRPO", launch.GRPO, False),
 )
 

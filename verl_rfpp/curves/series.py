@@ -7,7 +7,10 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-COLORS = {"reinforce_plus_plus_baseline": "tab:blue", "reinforce_plus_plus": "tab:red", "grpo": "tab:green"}
+from verl_rfpp import catalog
+
+COLORS = {catalog.REINFORCE_PLUS_PLUS_BASELINE.name: "tab:blue", catalog.REINFORCE_PLUS_PLUS.name: "tab:red",
+          "grpo": "tab:green"}
 
 
 def series(record: dict, tag: str) -> list[float]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from verl_rfpp.contract import validation
+from verl_rfpp import validation
 from verl_rfpp.tools import quiet
 
 HELP = """SCRIPT: a bash launch script that starts python -m verl.trainer.main_ppo. It is read, never

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from verl_rfpp.contract import validation
+from verl_rfpp import catalog, validation
 from verl_rfpp.tools import arguments, quiet
 from verl_rfpp.tools import check as check_command
 
@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="print verl-rfpp's and verl's versions and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", prog="verl-rfpp", parser_class=arguments.Parser)
     demo = commands.add_parser("demo", help=COMMANDS["demo"], formatter_class=arguments.HelpFormatter)
-    demo.add_argument("--estimator", choices=validation.ESTIMATOR_NAMES, default="reinforce_plus_plus_baseline",
+    demo.add_argument("--estimator", choices=catalog.names(), default=catalog.REINFORCE_PLUS_PLUS_BASELINE.name,
                       help="the estimator the run uses, with its validated recipe")
     demo.add_argument("--legacy", action="store_true", help="verl's legacy trainer instead of v1")
     demo.add_argument("--steps", type=int, default=3, action=arguments.Positive,
@@ -403,8 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     bandit.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     bandit.set_defaults(handler=_bandit)
     recipe = commands.add_parser("recipe", help=COMMANDS["recipe"], formatter_class=arguments.HelpFormatter)
-    recipe.add_argument("estimator", choices=validation.ESTIMATOR_NAMES, metavar="ESTIMATOR",
-                        help=f"one of {', '.join(validation.ESTIMATOR_NAMES)}")
+    recipe.add_argument("estimator", choices=catalog.names(), metavar="ESTIMATOR",
+                        help=f"one of {', '.join(catalog.names())}")
     recipe.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     recipe.set_defaults(handler=_recipe)
     return parser

@@ -11,6 +11,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
+from verl_rfpp import catalog
+
 PLUGIN_MODULE = "verl_rfpp.plugin"
 DISTRIBUTION = "verl-rfpp"
 
@@ -60,7 +62,7 @@ def report() -> Report:
     if loaded:
         checks += list(plugin.hooks_status().items())
     checks += cpu_kernels_checks()
-    problems = [problem for name in plugin.ESTIMATORS
+    problems = [problem for name in catalog.names()
                 for problem in [plugin.activation_problem(name) if loaded else plugin.not_loaded_problem(name)]
                 if problem]
     return Report(verl_rfpp.__version__, plugin.verl_version(), loaded, checks, problems)

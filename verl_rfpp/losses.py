@@ -11,8 +11,9 @@ from typing import Any, Optional
 
 import torch
 
+from verl_rfpp.catalog import RESPONSE_MEAN
 from verl_rfpp.core import inputs
-from verl_rfpp.errors import RfppInputError
+from verl_rfpp.errors import RfppError, RfppInputError
 
 # exp(20) ~ 4.9e8 keeps rho finite in float32; |log rho| > 20 never occurs in a sane update.
 LOG_RATIO_BOUND = 20.0
@@ -141,3 +142,51 @@ def clipped_surrogate(
         "ppo_kl": (-log_ratio).sum() / count,
     }
     return loss, diagnostics
+
+
+def rfpp_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = RESPONSE_MEAN,
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl policy-loss mode ``rfpp`` (the plugin registers it; training path): the clipped surrogate of
+    docs/contract.md section 5, response mean.
+
+    Args:
+        old_log_prob, log_prob, advantages, response_mask: ``(bs, response_length)``.
+        loss_agg_mode: must be ``seq-mean-token-mean``.
+        config: verl's ``ActorConfig`` (``clip_ratio``, ``clip_ratio_low``, ``clip_ratio_high``,
+            ``global_batch_info``).
+        rollout_is_weights: optional per-token importance weights, applied to valid tokens.
+
+    Returns:
+        ``(loss, metrics)`` with verl's ``actor/pg_clipfrac``, ``actor/ppo_kl`` and
+        ``actor/pg_clipfrac_lower``. Unlike verl's ``vanilla`` there is no dual-clip.
+    """
+    if loss_agg_mode != RESPONSE_MEAN:
+        raise RfppError(
+            f"verl_rfpp: policy loss 'rfpp' needs loss_agg_mode={RESPONSE_MEAN}, got "
+            f"{loss_agg_mode!r}. Fix: actor_rollout_ref.actor.loss_agg_mode={RESPONSE_MEAN}"
+        )
+    clip = config.clip_ratio
+    clip_low = config.clip_ratio_low if config.clip_ratio_low is not None else clip
+    clip_high = config.clip_ratio_high if config.clip_ratio_high is not None else clip
+    loss_mat, diagnostics = clipped_surrogate(
+        old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high
+    )
+    if rollout_is_weights is not None:
+        loss_mat = loss_mat * torch.where(response_mask.bool(), rollout_is_weights, 0.0)
+    batch_info = dict(getattr(config, "global_batch_info", None) or {})
+    dp_size = batch_info.get("dp_size")
+    loss = response_mean(
+        loss_mat,
+        response_mask,
+        global_batch_size=batch_info.get("global_batch_size"),
+        dp_size=1 if dp_size is None else dp_size,
+    )
+    metrics = {f"actor/{name}": value.detach().item() for name, value in diagnostics.items()}
+    return loss, metrics

@@ -1,10 +1,13 @@
-"""The up-front config contract (docs/contract.md section 6): a verl config -> a list of violations.
+"""The up-front config contract (docs/contract.md section 6): a verl config -> a list of violations,
+and the recipes (section 6.1).
 
-Pure functions over OmegaConf: nothing here imports verl. Only configs whose
-``algorithm.adv_estimator`` is one of ours are looked at; every other verl run is untouched.
-The rules are one table, ``RULES``: each ``Rule`` has its contract id (6.2.x), the estimators it
-applies to, the keys it reads, what it accepts, why, and the function that finds its violations;
-docs/contract.md's 6.2 table is held equal to it by a test.
+Pure functions over OmegaConf: nothing here imports verl or torch. Only configs whose
+``algorithm.adv_estimator`` names one of ours (``verl_rfpp.catalog``) are looked at; every other
+verl run is untouched. The rules are one table, ``RULES``: each ``Rule`` has its contract id
+(6.2.x), the estimator families it applies to, the keys it reads (each a ``Key``: type, whether
+null is allowed, the value verl uses when it is absent, the value a fix sets), what it accepts,
+why, and the function that finds its violations. The type check (6.2.9), the keys ``check`` reads
+and docs/contract.md's 6.2 tables derive from them (the tables are held equal by a test).
 """
 
 from __future__ import annotations
@@ -13,23 +16,19 @@ import logging
 import math
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from verl_rfpp import catalog
+from verl_rfpp.catalog import FAMILIES, GROUP, POLICY_LOSS_MODE, RESPONSE_MEAN, RETURNS, Estimator, Family
 from verl_rfpp.errors import RfppError
 
 logger = logging.getLogger("verl_rfpp")
 
-REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
-BASELINE = "reinforce_plus_plus_baseline"
-ESTIMATOR_NAMES = (REINFORCE_PLUS_PLUS, BASELINE)
-BOTH = ESTIMATOR_NAMES
-
-POLICY_LOSS_MODE = "rfpp"
-RESPONSE_MEAN = "seq-mean-token-mean"
 AR = "actor_rollout_ref"
 ACTOR = f"{AR}.actor"
 
@@ -176,11 +175,6 @@ def _get(config: DictConfig, key: str, default: Any = None) -> Any:
         raise UnreadableConfigError(key, _reason(error)) from error
 
 
-def recipe_value(estimator: str, key: str, fallback: Any = None) -> Any:
-    """The value ``RECIPES[estimator]`` sets for ``key`` (as written there), else ``fallback``."""
-    return dict(line.split("=", 1) for line in RECIPES[estimator]).get(key, fallback)
-
-
 # Typed rule keys that verl 0.9.1's packaged ppo_trainer config does not have: only a
 # ``+key=...`` override adds them, so their fix is ``++key=...`` (add or override), which works
 # both appended to the offending command and in place of the offending override. Fixes of keys
@@ -196,83 +190,60 @@ def _override(key: str, value: Any, config: DictConfig) -> str:
     return f"{'' if present and key not in ADDED_KEYS else '++'}{key}={value}"
 
 
-# The type of every value a rule reads (``None`` is allowed where verl allows it: ``optional``),
-# and the value a fix sets when the recipe has none. A wrong-typed value is a violation of its own
-# (6.2.9), before any rule compares it (``rollout.n=abc`` must not reach ``n > 1``).
-_TYPED_KEYS: dict[str, tuple[type, bool, Any]] = {
-    f"{AR}.rollout.n": (int, False, 8),
-    f"{ACTOR}.use_kl_loss": (bool, False, False),
-    f"{ACTOR}.kl_loss_coef": (float, False, 0.01),
-    f"{ACTOR}.clip_ratio": (float, False, 0.2),
-    f"{ACTOR}.clip_ratio_low": (float, True, 0.2),
-    f"{ACTOR}.clip_ratio_high": (float, True, 0.2),
-    "algorithm.use_kl_in_reward": (bool, False, False),
-    "algorithm.kl_ctrl.kl_coef": (float, False, 0.01),
-    "algorithm.gamma": (float, True, 1.0),
-    "algorithm.rollout_correction.bypass_mode": (bool, False, False),
-    "algorithm.filter_groups.enable": (bool, False, False),
-    "trainer.use_v1": (bool, False, True),
-    "trainer.v1.sync.parameter_sync_step": (int, False, 1),
-}
-_TYPE_NAMES = {int: "an integer", bool: "a boolean (True or False)", float: "a number"}
+@dataclass(frozen=True)
+class Key:
+    """A config key a rule reads. ``kind``: the type verl reads (``dict``: a block); ``optional``:
+    null is a legal value; ``default``: the value verl uses when the key is absent; ``fallback``:
+    the value a fix sets when the recipe sets none; ``required``: verl's packaged config always has
+    it and verl reads it as an attribute, so removing it (``~key``) is refused (6.2.9), for the
+    rule's families or, when given, ``families``."""
 
-# The keys the rules read that verl's packaged config always has, with the value a fix sets when
-# the recipe has none. verl reads them as attributes (a removed one fails mid-run or falls back
-# to a dataclass default no rule saw), so an override that removes one (``~key``) is refused.
-# Not here: keys verl reads with ``.get`` and treats as off when absent (``async_training``,
-# ``algorithm.rollout_correction.*``, ``algorithm.filter_groups.*``, the v1 sync step).
-_COMMON_REQUIRED = {
-    f"{ACTOR}.loss_agg_mode": RESPONSE_MEAN,
-    f"{ACTOR}.policy_loss.loss_mode": POLICY_LOSS_MODE,
-    f"{ACTOR}.use_kl_loss": False,
-    f"{ACTOR}.clip_ratio": 0.2,
-    "algorithm.use_kl_in_reward": False,
-    "algorithm.gamma": 1.0,
-    "trainer.use_v1": True,
-    "trainer.v1.trainer_mode": "sync",
-}
-REQUIRED_KEYS: dict[str, dict[str, Any]] = {
-    REINFORCE_PLUS_PLUS: {
-        **_COMMON_REQUIRED,
-        "algorithm.kl_penalty": "kl",
-        "algorithm.kl_ctrl.type": "fixed",
-        "algorithm.kl_ctrl.kl_coef": 0.01,
-    },
-    BASELINE: {
-        **_COMMON_REQUIRED,
-        f"{AR}.rollout.n": 8,
-        f"{ACTOR}.kl_loss_type": "k2",
-        f"{ACTOR}.kl_loss_coef": 0.01,
-    },
-}
+    name: str
+    kind: type
+    optional: bool = False
+    default: Any = None
+    fallback: Any = None
+    required: bool = False
+    families: tuple[Family, ...] = ()
+
+
+_TYPE_NAMES = {int: "an integer", bool: "a boolean (True or False)", float: "a number", str: "a string",
+               dict: "a block of keys"}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Rule:
     """One row of docs/contract.md's 6.2 table: ``find(config, estimator, rule)`` returns its
-    violations of a complete, well-typed config of one of ``estimators``. Written with keywords."""
+    violations of a complete, well-typed config of an estimator of one of ``families``. Written
+    with keywords."""
 
     id: str
-    estimators: tuple[str, ...]
-    keys: tuple[str, ...]
+    families: tuple[Family, ...]
+    keys: tuple[Key, ...]
     accepts: str
     why: str
-    find: Callable[[DictConfig, str, Rule], list[Violation]]
+    find: Callable[[DictConfig, Estimator, Rule], list[Violation]]
+
+    def key(self, name: str) -> Key:
+        """This rule's ``Key`` named ``name``."""
+        return next(key for key in self.keys if key.name == name)
+
+    def value(self, config: DictConfig, name: str) -> Any:
+        """The value of this rule's key ``name`` (its ``default`` when absent)."""
+        return _get(config, name, self.key(name).default)
 
     def violation(self, key: str, found: Any, required: str, fixes: tuple[str, ...], why: str = "") -> Violation:
         return Violation(self.id, key, found, required, why or self.why, fixes)
 
-    def require(
-        self, config: DictConfig, estimator: str, key: str, accepted: Callable[[Any], bool], required: str,
-        fallback: Any, default: Any = None, why: str = "",
-    ) -> list[Violation]:
-        """The violation of ``key`` when its value (``default`` if absent) is not ``accepted``; the
-        fix sets the recipe's value for ``key``, else ``fallback``."""
-        value = _get(config, key, default)
+    def require(self, config: DictConfig, estimator: Estimator, name: str, accepted: Callable[[Any], bool],
+                required: str, why: str = "") -> list[Violation]:
+        """The violation of key ``name`` when its value (its default if absent) is not ``accepted``;
+        the fix sets the recipe's value, else the key's fallback."""
+        value = self.value(config, name)
         if accepted(value):
             return []
-        fix = _override(key, recipe_value(estimator, key, fallback), config)
-        return [self.violation(key, value, required, (fix,), why)]
+        fix = _override(name, estimator.recipe_value(name, self.key(name).fallback), config)
+        return [self.violation(name, value, required, (fix,), why)]
 
 
 def _has_type(value: Any, kind: type) -> bool:
@@ -280,54 +251,75 @@ def _has_type(value: Any, kind: type) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
+    if kind is dict:
+        return isinstance(value, (dict, DictConfig))
     return isinstance(value, kind)
 
 
-def _complete(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def typed_keys() -> dict[str, Key]:
+    """Every key the verdict reads and types, by name: the rules' (a pattern key of 6.2.4 types its
+    own values) and the warnings' (section 6.4)."""
+    keys = {key.name: key for rule in RULES for key in rule.keys if "<" not in key.name}
+    keys.update((key.name, key) for key in WARNING_KEYS)
+    return keys
+
+
+def required_keys(estimator: Estimator) -> list[Key]:
+    """The keys a config of ``estimator`` must have (6.2.9): the ``required`` keys of the rules of its family."""
+    found: dict[str, Key] = {}
+    for rule in RULES:
+        if estimator.family in rule.families:
+            found.update((key.name, key) for key in rule.keys
+                         if key.required and estimator.family in (key.families or rule.families))
+    return list(found.values())
+
+
+def _complete(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     """6.2.9: every required key present (``++key=value`` puts a removed one back), every value a
-    rule reads of the type verl reads (a value that does not resolve raises ``UnreadableConfigError``)."""
+    rule reads of the type verl reads, null only where verl allows it (a value that does not
+    resolve raises ``UnreadableConfigError``)."""
     found = [
-        rule.violation(key, ABSENT, "present", (f"++{key}={recipe_value(estimator, key, fallback)}",))
-        for key, fallback in REQUIRED_KEYS[estimator].items()
-        if _get(config, key, _MISSING) is _MISSING
+        rule.violation(key.name, ABSENT, "present", (f"++{key.name}={estimator.recipe_value(key.name, key.fallback)}",))
+        for key in required_keys(estimator)
+        if _get(config, key.name, _MISSING) is _MISSING
     ]
-    for key, (kind, optional, fallback) in _TYPED_KEYS.items():
-        value = _get(config, key)
-        if value is None or _has_type(value, kind):
+    for key in typed_keys().values():
+        value = _get(config, key.name, _MISSING)
+        if value is _MISSING or (value is None and key.optional) or (value is not None and _has_type(value, key.kind)):
             continue
+        got = "null" if value is None else type(value).__name__
         found.append(rule.violation(
-            key, value, f"{_TYPE_NAMES[kind]}{' or null' if optional else ''}, got {type(value).__name__}",
-            (_override(key, recipe_value(estimator, key, fallback), config),),
+            key.name, value, f"{_TYPE_NAMES[key.kind]}{' or null' if key.optional else ''}, got {got}",
+            (_override(key.name, estimator.recipe_value(key.name, key.fallback), config),),
             "verl-rfpp's rules and verl's trainer read this value as "
-            f"{_TYPE_NAMES[kind]} (docs/contract.md section 6.2.9).",
+            f"{_TYPE_NAMES[key.kind]} (docs/contract.md section 6.2.9).",
         ))
     return found
 
 
-def _rollout_n(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _rollout_n(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     return rule.require(config, estimator, f"{AR}.rollout.n", lambda n: n is not None and n > 1,
-                        "> 1 (the recipe uses 8)", 8, default=1)
+                        "> 1 (the recipe uses 8)")
 
 
-def _loss_agg_mode(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _loss_agg_mode(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     return rule.require(config, estimator, f"{ACTOR}.loss_agg_mode", lambda mode: mode == RESPONSE_MEAN,
-                        f"'{RESPONSE_MEAN}' (response mean)", RESPONSE_MEAN)
+                        f"'{RESPONSE_MEAN}' (response mean)")
 
 
-def _loss_mode(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _loss_mode(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     return rule.require(config, estimator, f"{ACTOR}.policy_loss.loss_mode", lambda mode: mode == POLICY_LOSS_MODE,
-                        f"'{POLICY_LOSS_MODE}' (the plain clipped surrogate)", POLICY_LOSS_MODE, default="vanilla")
+                        f"'{POLICY_LOSS_MODE}' (the plain clipped surrogate)")
 
 
 def reads(key: str) -> bool:
-    """Whether the verdict could read ``key`` or anything under or above it: a key of a rule
-    (``RULES``, their types and requirements), ``algorithm.adv_estimator``, a sequence-splitting
-    key by name under ``ENGINE_ROLES``, a key of Hydra's or a config group (``/``, ``@``)."""
+    """Whether the verdict could read ``key`` or anything under or above it: a key of a rule or a
+    warning (``typed_keys``), ``algorithm.adv_estimator``, a sequence-splitting key by name under
+    ``ENGINE_ROLES``, a key of Hydra's or a config group (``/``, ``@``)."""
     key = key.lstrip("+")
     if key.startswith(("~", "hydra.")) or key == "hydra" or "/" in key or "@" in key:
         return True
-    fixed = {"algorithm.adv_estimator", *_TYPED_KEYS, *_COMMON_REQUIRED}
-    fixed.update(name for rule in RULES for name in rule.keys if "{" not in name)
+    fixed = {"algorithm.adv_estimator", *typed_keys()}
     fixed.update(name.replace(ACTOR, f"{AR}.ref", 1) for name in list(fixed) if name.startswith(ACTOR + "."))
     if any(key == name or name.startswith(key + ".") or key.startswith(name + ".") for name in fixed):
         return True
@@ -394,7 +386,7 @@ def _copied_from(config: DictConfig, key: str) -> Optional[str]:
     return match.group(1) if match else None
 
 
-def _sequence_parallel(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _sequence_parallel(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     """6.2.4; a reference key that copies a reported actor key is that one setting, reported once."""
     found: list[Violation] = []
     for key in sequence_splitting_keys(config):
@@ -407,54 +399,53 @@ def _sequence_parallel(config: DictConfig, estimator: str, rule: Rule) -> list[V
     return found
 
 
-def _trainer_mode(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _trainer_mode(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     found = []
-    if _get(config, "async_training") is not None:
+    if rule.value(config, "async_training") is not None:
         found.append(rule.violation("async_training", "<present>", "absent (synchronous training)",
                                     ("~async_training",)))
-    if _get(config, "trainer.use_v1", False):
+    if rule.value(config, "trainer.use_v1"):
         key = "trainer.v1.trainer_mode"
-        found += rule.require(config, estimator, key, lambda mode: mode == "sync", "'sync'", "sync", default="sync")
-        if _get(config, key, "sync") == "sync":
+        found += rule.require(config, estimator, key, lambda mode: mode == "sync", "'sync'")
+        if rule.value(config, key) == "sync":
             found += rule.require(config, estimator, "trainer.v1.sync.parameter_sync_step", lambda step: step == 1,
-                                  "1", 1, default=1)
+                                  "1")
     return found
 
 
-def _rollout_correction(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _rollout_correction(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     """Both estimators: verl's rollout correction may reweight the loss (``rollout_is``) but
     nothing may rewrite the mask or replace the loss and its old log-probabilities."""
     return rule.require(
-        config, estimator, "algorithm.rollout_correction.rollout_rs", lambda rs: rs is None, "null", "null",
+        config, estimator, "algorithm.rollout_correction.rollout_rs", lambda rs: rs is None, "null",
         why="rejection sampling rewrites response_mask after the rewards (and REINFORCE++'s KL shaping) "
         "are fixed and before the estimator runs: a rejected last token drops the outcome reward R_i "
         "from every return and advantage of the response (docs/contract.md section 6.2.8).",
     ) + rule.require(
-        config, estimator, "algorithm.rollout_correction.bypass_mode", lambda on: not on, "False", False,
-        default=False,
+        config, estimator, "algorithm.rollout_correction.bypass_mode", lambda on: not on, "False",
         why="bypass mode uses the rollout engine's log-probabilities as the old policy (the ratio and "
         "REINFORCE++'s k1 shaping) and, in the legacy trainer, replaces the rfpp loss with verl's "
         "bypass_mode loss (docs/contract.md section 6.2.8).",
     )
 
 
-def _coefficient(config: DictConfig, key: str, estimator: str, target: str) -> Any:
+def _coefficient(config: DictConfig, key: str, estimator: Estimator, target: str) -> Any:
     """The user's KL coefficient at ``key``, carried to ``target`` when a fix moves the KL; the
     recipe's when it is no usable coefficient (6.2.11 refuses it)."""
     value = _get(config, key)
-    return value if _valid_coefficient(value) else recipe_value(estimator, target, 0.01)
+    return value if _valid_coefficient(value) else estimator.recipe_value(target, KL_COEF_FALLBACK)
 
 
 def _valid_coefficient(value: Any) -> bool:
     return _has_type(value, float) and math.isfinite(value) and value >= 0
 
 
-def _kl_reward(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _kl_reward(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     """6.2.6: k1 shaping in the reward with a fixed coefficient, no KL loss. A KL loss the user
     turned on is moved into the reward with its coefficient, never dropped."""
     found: list[Violation] = []
-    kl_in_reward = _get(config, "algorithm.use_kl_in_reward", False)
-    if _get(config, f"{ACTOR}.use_kl_loss", False):
+    kl_in_reward = rule.value(config, "algorithm.use_kl_in_reward")
+    if rule.value(config, f"{ACTOR}.use_kl_loss"):
         fixes = [f"{ACTOR}.use_kl_loss=False"]
         if not kl_in_reward:
             coef = _coefficient(config, f"{ACTOR}.kl_loss_coef", estimator, "algorithm.kl_ctrl.kl_coef")
@@ -470,22 +461,21 @@ def _kl_reward(config: DictConfig, estimator: str, rule: Rule) -> list[Violation
     found += rule.require(
         config, estimator, "algorithm.kl_penalty", lambda penalty: penalty in K1_NAMES,
         "'kl' (k1, the signed estimator d = logp_old - logp_ref; 'k1', 'kl+', 'k1+' give the same rewards)",
-        "kl", default="kl", why="the returns are KL-to-go of the k1 estimator (docs/contract.md section 2).",
+        why="the returns are KL-to-go of the k1 estimator (docs/contract.md section 2).",
     )
     found += rule.require(
         config, estimator, "algorithm.kl_ctrl.type", lambda controller: controller == "fixed", "'fixed'",
-        "fixed", default="fixed",
         why="an adaptive coefficient changes beta during training (docs/contract.md section 2).",
     )
     return found
 
 
-def _kl_loss(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _kl_loss(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     """6.2.7: no KL in the reward; a KL loss, when on, is k2. KL in the reward the user turned on
     becomes the k2 loss with its coefficient, never dropped."""
     found: list[Violation] = []
-    kl_loss = _get(config, f"{ACTOR}.use_kl_loss", False)
-    if _get(config, "algorithm.use_kl_in_reward", False):
+    kl_loss = rule.value(config, f"{ACTOR}.use_kl_loss")
+    if rule.value(config, "algorithm.use_kl_in_reward"):
         fixes = ["algorithm.use_kl_in_reward=False"]
         if not kl_loss:
             coef = _coefficient(config, "algorithm.kl_ctrl.kl_coef", estimator, f"{ACTOR}.kl_loss_coef")
@@ -498,26 +488,32 @@ def _kl_loss(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
     if kl_loss:
         found += rule.require(
             config, estimator, f"{ACTOR}.kl_loss_type", lambda kind: kind in K2_NAMES,
-            "'k2' (0.5 * (logp - logp_ref)^2; 'mse', 'k2+', 'mse+' are the same value and gradient)", "k2",
+            "'k2' (0.5 * (logp - logp_ref)^2; 'mse', 'k2+', 'mse+' are the same value and gradient)",
             why="only k2 has the value and the reverse-KL gradient the method defines "
             "(docs/contract.md section 3).",
         )
     return found
 
 
-def _gamma(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _gamma(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     return rule.require(config, estimator, "algorithm.gamma", lambda gamma: gamma is None or 0.0 <= gamma <= 1.0,
-                        "within [0, 1]", 1.0)
+                        "within [0, 1]")
 
 
-def _kl_coefficient(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
-    """6.2.11: the coefficient of the KL in use (REINFORCE++'s reward shaping, the baseline's
-    loss) is a finite number >= 0; 0 is legal (a WARNING, section 6.4)."""
-    key, on = (("algorithm.kl_ctrl.kl_coef", "algorithm.use_kl_in_reward") if estimator == REINFORCE_PLUS_PLUS
-               else (f"{ACTOR}.kl_loss_coef", f"{ACTOR}.use_kl_loss"))
+def _kl_coefficient(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
+    """6.2.11: the coefficient of the KL in use (the returns family's reward shaping, the group
+    family's loss) is a finite number >= 0; 0 is legal (a WARNING, section 6.4)."""
+    key, on = kl_in_use_keys(estimator.family)
     if not _get(config, on, False):
         return []
-    return rule.require(config, estimator, key, _valid_coefficient, "a finite number >= 0", 0.01)
+    return rule.require(config, estimator, key, _valid_coefficient, "a finite number >= 0")
+
+
+def kl_in_use_keys(family: Family) -> tuple[str, str]:
+    """``(coefficient, switch)``: the keys of the KL a family's method uses (sections 2.1, 3.2)."""
+    if family.groups:
+        return f"{ACTOR}.kl_loss_coef", f"{ACTOR}.use_kl_loss"
+    return "algorithm.kl_ctrl.kl_coef", "algorithm.use_kl_in_reward"
 
 
 def clip_ratios(config: DictConfig) -> dict[str, tuple[str, Any]]:
@@ -535,7 +531,7 @@ def clip_ratios(config: DictConfig) -> dict[str, tuple[str, Any]]:
     return ranges
 
 
-def _clip_ratio(config: DictConfig, estimator: str, rule: Rule) -> list[Violation]:
+def _clip_ratio(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Violation]:
     """6.2.12: 0 < eps_low < 1 and 0 < eps_high < inf; a bound set by ``clip_ratio`` (both sides
     read it) is reported once."""
     found: list[Violation] = []
@@ -543,34 +539,40 @@ def _clip_ratio(config: DictConfig, estimator: str, rule: Rule) -> list[Violatio
     required = {"low": "within (0, 1)", "high": "a finite number > 0"}
     for side, (key, value) in clip_ratios(config).items():
         if key not in {v.key for v in found}:
-            found += rule.require(config, estimator, key, accepts[side], required[side], 0.2)
+            found += rule.require(config, estimator, key, accepts[side], required[side])
     return found
 
 
 _ASYNC_WHY = ("asynchronous or off-policy trainers normalize over part of a step or mix policy versions; "
               "docs/contract.md section 4 needs one closed synchronous step batch.")
 
+KL_COEF_FALLBACK = 0.01  # the recipes' KL coefficient (section 6.1), for a fix where the recipe sets none
+ALL = FAMILIES
+USE_KL_IN_REWARD = Key("algorithm.use_kl_in_reward", bool, default=False, fallback=False, required=True)
+USE_KL_LOSS = Key(f"{ACTOR}.use_kl_loss", bool, default=False, fallback=False, required=True)
+
 RULES: tuple[Rule, ...] = (
     Rule(
         id="6.2.1",
-        estimators=(BASELINE,),
-        keys=(f"{AR}.rollout.n",),
+        families=(GROUP,),
+        keys=(Key(f"{AR}.rollout.n", int, default=1, fallback=8, required=True),),
         accepts="greater than 1",
         why="with one sample per prompt every group-centred reward C_i is 0 (docs/contract.md section 3).",
         find=_rollout_n,
     ),
     Rule(
         id="6.2.2",
-        estimators=BOTH,
-        keys=(f"{ACTOR}.loss_agg_mode",),
+        families=ALL,
+        keys=(Key(f"{ACTOR}.loss_agg_mode", str, fallback=RESPONSE_MEAN, required=True),),
         accepts=f"'{RESPONSE_MEAN}'",
         why="token-level or summed reductions change the objective's denominator (docs/contract.md section 5).",
         find=_loss_agg_mode,
     ),
     Rule(
         id="6.2.3",
-        estimators=BOTH,
-        keys=(f"{ACTOR}.policy_loss.loss_mode",),
+        families=ALL,
+        keys=(Key(f"{ACTOR}.policy_loss.loss_mode", str, default="vanilla", fallback=POLICY_LOSS_MODE,
+                  required=True),),
         accepts=f"'{POLICY_LOSS_MODE}' (section 5.1)",
         why="verl's 'vanilla' adds dual-clip for negative advantages and other modes replace the "
             "clipped surrogate of docs/contract.md section 5.",
@@ -578,8 +580,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="6.2.4",
-        estimators=BOTH,
-        keys=(SEQUENCE_SPLITTING_KEYS,),
+        families=ALL,
+        keys=(Key(SEQUENCE_SPLITTING_KEYS, int, optional=True, fallback=1),),
         accepts="1 (False for a dynamic_* switch)",
         why="context / sequence parallelism splits each response across ranks, which the estimator and the "
             "response-mean loss do not support (docs/contract.md section 6.2.4).",
@@ -587,32 +589,39 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="6.2.5",
-        estimators=BOTH,
-        keys=("async_training", "trainer.v1.trainer_mode", "trainer.v1.sync.parameter_sync_step"),
+        families=ALL,
+        keys=(Key("async_training", dict, optional=True),
+              Key("trainer.use_v1", bool, default=False, fallback=True, required=True),
+              Key("trainer.v1.trainer_mode", str, default="sync", fallback="sync", required=True),
+              Key("trainer.v1.sync.parameter_sync_step", int, default=1, fallback=1)),
         accepts="no async_training block; v1 trainer_mode 'sync' with parameter_sync_step 1",
         why=_ASYNC_WHY,
         find=_trainer_mode,
     ),
     Rule(
         id="6.2.6",
-        estimators=(REINFORCE_PLUS_PLUS,),
-        keys=("algorithm.use_kl_in_reward", "algorithm.kl_penalty", "algorithm.kl_ctrl.type", f"{ACTOR}.use_kl_loss"),
+        families=(RETURNS,),
+        keys=(USE_KL_IN_REWARD,
+              Key("algorithm.kl_penalty", str, default="kl", fallback="kl", required=True),
+              Key("algorithm.kl_ctrl.type", str, default="fixed", fallback="fixed", required=True),
+              USE_KL_LOSS),
         accepts="KL in the reward: k1 penalty, fixed controller; no KL loss",
         why="REINFORCE++ regularizes with k1 KL shaping in the returns (docs/contract.md section 2).",
         find=_kl_reward,
     ),
     Rule(
         id="6.2.7",
-        estimators=(BASELINE,),
-        keys=("algorithm.use_kl_in_reward", f"{ACTOR}.use_kl_loss", f"{ACTOR}.kl_loss_type"),
+        families=(GROUP,),
+        keys=(USE_KL_IN_REWARD, USE_KL_LOSS, Key(f"{ACTOR}.kl_loss_type", str, fallback="k2", required=True)),
         accepts="no KL in the reward; a KL loss, when on, is k2",
         why="REINFORCE++-baseline's KL is the separate k2 loss (docs/contract.md section 3).",
         find=_kl_loss,
     ),
     Rule(
         id="6.2.8",
-        estimators=BOTH,
-        keys=("algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.bypass_mode"),
+        families=ALL,
+        keys=(Key("algorithm.rollout_correction.rollout_rs", str, optional=True, fallback="null"),
+              Key("algorithm.rollout_correction.bypass_mode", bool, default=False, fallback=False)),
         accepts="rollout_rs null, bypass_mode False",
         why="rejection sampling and bypass mode change the estimator's inputs or the loss (docs/contract.md "
             "section 6.2.8).",
@@ -620,7 +629,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="6.2.9",
-        estimators=BOTH,
+        families=ALL,
         keys=(),
         accepts="every key of the other rules present, resolving, of the type verl reads",
         why="verl-rfpp's rules and verl's trainer read these keys; without them the rules cannot check the "
@@ -629,8 +638,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="6.2.10",
-        estimators=BOTH,
-        keys=("algorithm.gamma",),
+        families=ALL,
+        keys=(Key("algorithm.gamma", float, optional=True, fallback=1.0, required=True),),
         accepts="within [0, 1] or null",
         why="gamma discounts the returns; outside [0, 1] they grow with the distance to the end of the "
             "response or flip sign (docs/contract.md section 2).",
@@ -638,8 +647,9 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="6.2.11",
-        estimators=BOTH,
-        keys=("algorithm.kl_ctrl.kl_coef", f"{ACTOR}.kl_loss_coef"),
+        families=ALL,
+        keys=(Key("algorithm.kl_ctrl.kl_coef", float, fallback=KL_COEF_FALLBACK, required=True, families=(RETURNS,)),
+              Key(f"{ACTOR}.kl_loss_coef", float, fallback=KL_COEF_FALLBACK, required=True, families=(GROUP,))),
         accepts="a finite number >= 0 for the KL in use",
         why="a negative coefficient rewards moving away from the reference model and nan or inf makes every "
             "return or loss nan or inf (docs/contract.md sections 2.1 and 3.2).",
@@ -647,14 +657,18 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="6.2.12",
-        estimators=BOTH,
-        keys=(f"{ACTOR}.clip_ratio", f"{ACTOR}.clip_ratio_low", f"{ACTOR}.clip_ratio_high"),
+        families=ALL,
+        keys=(Key(f"{ACTOR}.clip_ratio", float, fallback=0.2, required=True),
+              Key(f"{ACTOR}.clip_ratio_low", float, optional=True, fallback=0.2),
+              Key(f"{ACTOR}.clip_ratio_high", float, optional=True, fallback=0.2)),
         accepts="0 < eps_low < 1, 0 < eps_high finite",
         why="the ratio rho > 0 is clipped to [1 - eps_low, 1 + eps_high]: eps_low >= 1 removes the lower clip, "
             "a bound <= 0 or not finite clips nothing or everything (docs/contract.md section 5.1).",
         find=_clip_ratio,
     ),
 )
+WARNING_KEYS = (Key("algorithm.filter_groups.enable", bool, default=False, fallback=False),)
+"""The keys only a warning of section 6.4 reads (typed by 6.2.9 like the rules' keys)."""
 COMPLETENESS = "6.2.9"
 
 
@@ -679,10 +693,10 @@ def normalized(name: str) -> str:
 def near_miss(name: Any) -> Optional[str]:
     """Our estimator ``name`` reads as (``normalized``), else ``None``; the caller checks that
     verl's registry does not hold ``name`` (docs/contract.md section 6.3)."""
-    if not isinstance(name, str) or name in ESTIMATOR_NAMES:
+    if not isinstance(name, str) or name in catalog.names():
         return None
     spelt = normalized(name)
-    for ours in ESTIMATOR_NAMES:
+    for ours in catalog.names():
         if _one_edit_apart(spelt, normalized(ours)):
             return ours
     return None
@@ -718,14 +732,20 @@ def estimator_of(config: Any) -> Optional[str]:
         name = estimator_name(config)
     except UnreadableConfigError:
         return None
-    return name if name in ESTIMATOR_NAMES else None
+    return name if name in catalog.names() else None
+
+
+def record_of(config: Any) -> Optional[Estimator]:
+    """The record of our estimator ``algorithm.adv_estimator`` selects (``estimator_of``), else ``None``."""
+    name = estimator_of(config)
+    return None if name is None else catalog.estimator(name)
 
 
 def violations(config: DictConfig) -> list[Violation]:
     """Every rule of ``RULES`` the config breaks; empty for other estimators. The rules compare
     values: they see only a complete, well-typed config (6.2.9 first, alone when it fails).
     ``UnreadableConfigError`` when a key a rule reads does not resolve."""
-    estimator = estimator_of(config)
+    estimator = record_of(config)
     if estimator is None:
         return []
     incomplete = rule(COMPLETENESS).find(config, estimator, rule(COMPLETENESS))
@@ -733,34 +753,34 @@ def violations(config: DictConfig) -> list[Violation]:
         return incomplete
     return [
         violation
-        for r in RULES if r.id != COMPLETENESS and estimator in r.estimators
+        for r in RULES if r.id != COMPLETENESS and estimator.family in r.families
         for violation in r.find(config, estimator, r)
     ]
 
 
 def warnings_for(config: DictConfig) -> list[str]:
     """Legal but unusual settings (docs/contract.md section 6.4), each with what it means."""
-    estimator = estimator_of(config)
+    estimator = record_of(config)
     if estimator is None:
         return []
     notes = []
     gamma = _get(config, "algorithm.gamma", 1.0)
-    if estimator == REINFORCE_PLUS_PLUS and gamma != 1.0:
+    if not estimator.family.groups and gamma != 1.0:
         notes.append(
             f"algorithm.gamma = {gamma}: returns are discounted by position, across mask holes "
             "too; the recipe uses 1.0 (docs/contract.md section 2)."
         )
     kl_in_reward = _get(config, "algorithm.use_kl_in_reward", False)
     kl_loss = _get(config, f"{ACTOR}.use_kl_loss", False)
+    coefficient, switch = kl_in_use_keys(estimator.family)
     if not kl_in_reward and not kl_loss:
         notes.append(
             "KL regularization is off entirely (no KL in the reward, no KL loss): the policy is "
             "free to drift from the reference model."
         )
-    elif estimator == REINFORCE_PLUS_PLUS and kl_in_reward and _get(config, "algorithm.kl_ctrl.kl_coef") == 0:
-        notes.append("algorithm.kl_ctrl.kl_coef = 0: the KL shaping is in place but has no effect.")
-    elif estimator == BASELINE and kl_loss and _get(config, f"{ACTOR}.kl_loss_coef") == 0:
-        notes.append(f"{ACTOR}.kl_loss_coef = 0: the k2 loss is computed but has no effect.")
+    elif _get(config, coefficient) == 0 and _get(config, switch):
+        what = "the k2 loss is computed" if estimator.family.groups else "the KL shaping is in place"
+        notes.append(f"{coefficient} = 0: {what} but has no effect.")
     if _get(config, "algorithm.filter_groups.enable", False):
         notes.append(
             "algorithm.filter_groups.enable = True: dropped groups leave the normalization "
@@ -793,27 +813,17 @@ def enforce(config: DictConfig) -> None:
         logger.warning("verl_rfpp: %s", note)
 
 
-RECIPES: dict[str, tuple[str, ...]] = {
-    REINFORCE_PLUS_PLUS: (
-        "algorithm.adv_estimator=reinforce_plus_plus",
-        "algorithm.gamma=1.0",
-        "algorithm.use_kl_in_reward=True",
-        "algorithm.kl_penalty=kl",
-        "algorithm.kl_ctrl.type=fixed",
-        "algorithm.kl_ctrl.kl_coef=0.01",
-        "actor_rollout_ref.actor.use_kl_loss=False",
-        f"actor_rollout_ref.actor.loss_agg_mode={RESPONSE_MEAN}",
-        f"actor_rollout_ref.actor.policy_loss.loss_mode={POLICY_LOSS_MODE}",
-    ),
-    BASELINE: (
-        "algorithm.adv_estimator=reinforce_plus_plus_baseline",
-        "algorithm.gamma=1.0",
-        "algorithm.use_kl_in_reward=False",
-        "actor_rollout_ref.rollout.n=8",
-        "actor_rollout_ref.actor.use_kl_loss=True",
-        "actor_rollout_ref.actor.kl_loss_type=k2",
-        "actor_rollout_ref.actor.kl_loss_coef=0.01",
-        f"actor_rollout_ref.actor.loss_agg_mode={RESPONSE_MEAN}",
-        f"actor_rollout_ref.actor.policy_loss.loss_mode={POLICY_LOSS_MODE}",
-    ),
-}
+class _Recipes(Mapping):
+    """Each estimator's validated recipe by name (section 6.1), read from its record (``catalog``)."""
+
+    def __getitem__(self, name: str) -> tuple[str, ...]:
+        return catalog.estimator(name).recipe
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(catalog.names())
+
+    def __len__(self) -> int:
+        return len(catalog.ESTIMATORS)
+
+
+RECIPES: Mapping[str, tuple[str, ...]] = _Recipes()
