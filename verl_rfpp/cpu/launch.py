@@ -28,6 +28,7 @@ CHECKPOINTS = "checkpoints"  # trainer.default_local_dir
 GUARD_LOG = "guard.log"  # when the launcher ended and what of the run was killed then (``guard``)
 
 GRPO = "grpo"
+BACKEND = "verl_rfpp.cpu.backend"  # the CPU backend's activating module, imported by verl (VERL_USE_EXTERNAL_MODULES)
 SAMPLES = 4  # responses per prompt
 PROMPTS = 4  # prompts per step (one mini-batch, one optimizer step per training step)
 
@@ -269,7 +270,7 @@ def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
     modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
     env.update({
         "VERL_PLATFORM": "cpu",
-        "VERL_USE_EXTERNAL_MODULES": ",".join(dict.fromkeys(modules + ["verl_rfpp.cpu"])),
+        "VERL_USE_EXTERNAL_MODULES": ",".join(dict.fromkeys(modules + [BACKEND])),
         "VERL_ENGINE_DEVICE": "cuda",  # the FSDP engine registers for cuda/npu only; it runs on "cpu"
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
