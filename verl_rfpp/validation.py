@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl_rfpp import catalog
+from verl_rfpp.absent import ABSENT
 from verl_rfpp.catalog import FAMILIES, GROUP, POLICY_LOSS_MODE, RESPONSE_MEAN, RETURNS, Estimator, Family
 from verl_rfpp.errors import RfppError
 
@@ -153,13 +154,6 @@ class ConfigViolationError(RfppError):
 _MISSING = object()
 
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "<absent>"
-
-
-ABSENT = _Absent()
-"""What a violation reports as found for a key that is not in the config at all."""
 
 
 def _reason(error: Exception) -> str:

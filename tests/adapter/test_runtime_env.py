@@ -120,7 +120,7 @@ def _job_sees(tmp_path, overrides):
 def test_a_users_runtime_env_is_merged_with_the_plugins_in_main_ppos_real_job(tmp_path):
     """The user's modules stay and ``verl_rfpp.plugin`` joins them; the user's other variables
     stay; a user-set driver version is replaced by the driver's real one, with a WARNING."""
-    overrides = list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name]) + [
+    overrides = list(catalog.REINFORCE_PLUS_PLUS_BASELINE.recipe) + [
         f"{USER_ENV}.{runtime_env.MODULES_ENV}=my_org.verl_plugin", f"{USER_ENV}.MY_ORG_SETTING=kept",
         f"{USER_ENV}.{runtime_env.DRIVER_VERSION_ENV}=0.0.1"]
     seen, run = _job_sees(tmp_path, overrides)
@@ -130,7 +130,7 @@ def test_a_users_runtime_env_is_merged_with_the_plugins_in_main_ppos_real_job(tm
 
 
 def test_config_notes_name_what_a_users_runtime_env_changes():
-    config = compose_verl_config(list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name]) + [
+    config = compose_verl_config(list(catalog.REINFORCE_PLUS_PLUS_BASELINE.recipe) + [
         f"{USER_ENV}.{runtime_env.MODULES_ENV}=my_org.verl_plugin",
         f"{USER_ENV}.{runtime_env.DRIVER_VERSION_ENV}=0.0.1", f"{USER_ENV}.{runtime_env.PLUGINS_ENV}=none",
         "+ray_kwargs.ray_init.runtime_env.conda=my_env"])
@@ -140,7 +140,7 @@ def test_config_notes_name_what_a_users_runtime_env_changes():
     assert "VERL_RFPP_DRIVER_VERSION=0.0.1 is verl-rfpp's own variable" in notes[1] and "Fix: remove" in notes[1]
     assert "loaded in every process of the job anyway" in notes[2]
     assert "runtime_env.conda gives the job's workers another Python environment" in notes[3]
-    assert runtime_env.config_notes(compose_verl_config(list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name]))) == []
+    assert runtime_env.config_notes(compose_verl_config(list(catalog.REINFORCE_PLUS_PLUS_BASELINE.recipe))) == []
 
 
 def test_a_grpo_run_keeps_its_runtime_env_and_config_untouched():

@@ -1,5 +1,5 @@
 """The worker check runs for runs of our estimators only (docs/contract.md sections 6.3, 8.4): on a
-real Ray cluster (``verl_rfpp.tools.cluster.LocalCluster``, loopback only) where one node's raylet
+real Ray cluster (``verl_rfpp.cpu.cluster.LocalCluster``, loopback only) where one node's raylet
 excludes the plugin (``VERL_USE_EXTERNAL_PLUGINS=none``), verl's own v1 ``PPOTrainer.init`` (as the
 plugin patches it) with real worker actors on every node completes for a GRPO config, and stops
 with ``WorkerPluginError`` naming that node for ours (tests/support/worker_check_driver.py ``--trainer``)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_rfpp.tools import cluster as ray_cluster
+from verl_rfpp.cpu import cluster as ray_cluster
 
 pytestmark = pytest.mark.slow  # a two-node Ray cluster and its drivers
 

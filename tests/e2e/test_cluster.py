@@ -1,4 +1,4 @@
-"""A real Ray cluster of several nodes on this machine (``verl_rfpp.tools.cluster.LocalCluster``: one
+"""A real Ray cluster of several nodes on this machine (``verl_rfpp.cpu.cluster.LocalCluster``: one
 raylet per node, loopback only): ``verl-rfpp doctor --ray`` on every node, and the driver's check of
 every worker process (``verl_rfpp.adapter.workers``) on real actors, one per node. One cluster for
 the module (starting a node takes 10-60 s on a busy machine), its address in Ray's address file as
@@ -22,7 +22,7 @@ from support.users_cluster import users_cluster
 
 import verl_rfpp
 from verl_rfpp.adapter import workers
-from verl_rfpp.tools import cluster as ray_cluster
+from verl_rfpp.cpu import cluster as ray_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from verl_rfpp.cpu import assets, demo, launch, trace
 
 @pytest.mark.slow
 def test_plugin_never_loads_the_cpu_backend():
-    code = "import sys, verl; from verl.trainer.ppo import core_algos; print('verl_rfpp.cpu' in sys.modules)"
+    code = f"import sys, verl; from verl.trainer.ppo import core_algos; print({launch.BACKEND!r} in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "False"
@@ -65,12 +65,12 @@ def test_console_step_lines_are_parsed_for_both_trainers():
 
 @pytest.mark.slow
 def test_excluded_plugin_stays_out_although_the_cpu_backend_loads():
-    # verl imports verl_rfpp.cpu (VERL_USE_EXTERNAL_MODULES) before its plugins; the backend must not
+    # verl imports verl_rfpp.cpu.backend (VERL_USE_EXTERNAL_MODULES) before its plugins; the backend must not
     # import verl_rfpp.plugin itself, or "verl's built-ins" would silently be ours.
     code = (
         "import sys, verl\n"
         "from verl.trainer.ppo import core_algos as c\n"
-        "print('verl_rfpp.cpu' in sys.modules, 'verl_rfpp.plugin' in sys.modules,"
+        f"print({launch.BACKEND!r} in sys.modules, 'verl_rfpp.plugin' in sys.modules,"
         " c.ADV_ESTIMATOR_REGISTRY['reinforce_plus_plus'].__module__,"
         " c.ADV_ESTIMATOR_REGISTRY['reinforce_plus_plus_baseline'].__module__)\n"
     )

@@ -12,7 +12,7 @@ from support.users_cluster import users_cluster
 
 from verl_rfpp.cpu import demo, launch, trace
 from verl_rfpp.curves import runs
-from verl_rfpp.tools import cli
+from verl_rfpp.tools import cli, multinode
 
 pytestmark = pytest.mark.e2e
 
@@ -138,7 +138,7 @@ def test_demo_on_two_ray_nodes_multi_turn_puts_one_rank_on_each_and_stops_every_
     log = (tmp_path / "verl.log").read_text()
     assert "step:2 - " in log
     argv = log.splitlines()[0].split()
-    for override in launch.example_overrides(2):  # the example's overrides went through, verbatim
+    for override in multinode.example_overrides(2):  # the example's overrides went through, verbatim
         assert (override in argv) != override.startswith(tuple(k + "=" for k in launch.REPLACED_FOR_CPU)), override
     assert "trainer.nnodes=2" in argv and "trainer.n_gpus_per_node=1" in argv
     rank_lines = [line.split() for line in lines if line.strip().startswith("rank ")]

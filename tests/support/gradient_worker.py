@@ -204,7 +204,7 @@ def main() -> None:
                                 world_size=world, timeout=timedelta(seconds=180))
         import verl  # noqa: F401  (loads the verl_rfpp plugin through its entry point)
 
-        import verl_rfpp.cpu  # noqa: F401  (the CPU platform and patches, as VERL_USE_EXTERNAL_MODULES does)
+        import verl_rfpp.cpu.backend  # noqa: F401  (the CPU platform and patches, as VERL_USE_EXTERNAL_MODULES does)
 
         _torch_padding_for_verl_without_a_cpu_fallback()
         from verl.workers.engine.base import BaseEngine

@@ -27,7 +27,7 @@ def two_output_run(out: Path) -> TwoOutputRun:
     even sessions return two outputs, so 24 rows, 2 mini-batches per step), seed 0."""
     from verl_rfpp.cpu import advantage_dump, agent, launch
 
-    env = {"VERL_USE_EXTERNAL_MODULES": "verl_rfpp.cpu,verl_rfpp.cpu.advantage_dump",
+    env = {"VERL_USE_EXTERNAL_MODULES": f"{launch.BACKEND},verl_rfpp.cpu.advantage_dump",
            advantage_dump.DUMP_ENV: str(out / "dump")}
     result = launch.run("reinforce_plus_plus_baseline", out, steps=2, echo=False, timeout=900, ranks=2,
                         loggers=("console", "tensorboard"),

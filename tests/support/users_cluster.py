@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from verl_rfpp.tools import cluster as ray_cluster
+from verl_rfpp.cpu import cluster as ray_cluster
 
 
 @contextmanager

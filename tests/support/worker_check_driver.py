@@ -33,10 +33,9 @@ def _job_runtime_env() -> dict:
     through the plugin's hook)."""
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
-    from verl_rfpp import validation
     from verl_rfpp.adapter.compose import compose_verl_config
 
-    return get_ppo_ray_runtime_env(compose_verl_config(list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS_BASELINE.name])))
+    return get_ppo_ray_runtime_env(compose_verl_config(list(catalog.REINFORCE_PLUS_PLUS_BASELINE.recipe)))
 
 
 class _Group:

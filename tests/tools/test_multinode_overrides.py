@@ -10,7 +10,7 @@ import pytest
 
 from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.cpu import launch
-from verl_rfpp.tools import cli
+from verl_rfpp.tools import cli, multinode
 
 pytestmark = pytest.mark.slow  # runs launch scripts (bash) with stand-ins
 
@@ -25,7 +25,7 @@ def _script_overrides():
 
 
 def test_example_overrides_are_the_scripts_minus_model_data_vllm_and_gpu_counts():
-    overrides = launch.example_overrides(nodes=2)
+    overrides = multinode.example_overrides(nodes=2)
     assert overrides[0] == "algorithm.adv_estimator=" + launch.MULTINODE_ESTIMATOR
     assert "trainer.experiment_name=qwen2.5-7b_gsm8k_rfpp_baseline_2x1" in overrides  # bash expanded it
     keys = {o.split("=", 1)[0] for o in overrides}
@@ -38,9 +38,9 @@ def test_example_overrides_are_the_scripts_minus_model_data_vllm_and_gpu_counts(
 
 
 def test_the_cpu_run_passes_every_example_override_but_the_replaced_ones(tmp_path):
-    example = launch.example_overrides(nodes=2)
+    example = multinode.example_overrides(nodes=2)
     run = launch.trainer_overrides(launch.MULTINODE_ESTIMATOR, PATHS, 2, False, tmp_path, nodes=2,
-                                   address="127.0.0.1:6379")
+                                   address="127.0.0.1:6379", example=example)
     replaced = {o.split("=", 1)[0] for o in example} & set(launch.REPLACED_FOR_CPU)
     assert replaced == set(launch.REPLACED_FOR_CPU)  # each replacement still replaces something
     for override in example:
@@ -67,7 +67,7 @@ def test_one_node_runs_bind_their_ray_to_loopback(tmp_path):
 
 def test_a_missing_example_script_is_a_clear_error(tmp_path):
     with pytest.raises(launch.LaunchError, match="source checkout"):
-        launch.example_overrides(2, tmp_path / "missing.sh")
+        multinode.example_overrides(2, tmp_path / "missing.sh")
 
 
 def test_demo_refuses_zero_nodes(capsys):

@@ -21,17 +21,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from verl_rfpp.absent import ABSENT  # what a slot holds when it holds nothing (a registry key verl lacks)
+
 logger = logging.getLogger("verl_rfpp")
 
 MARKER = "__verl_rfpp__"
-
-
-class _Absent:
-    def __repr__(self) -> str:
-        return "<absent>"
-
-
-ABSENT: Any = _Absent()  # what a slot holds when it holds nothing (a registry key verl lacks)
 
 
 def marked(replacement: Any) -> Any:
@@ -209,6 +203,7 @@ class _Applied:
 _APPLIED: dict[str, _Applied] = {}  # patch name -> what it changed
 FAILURES: dict[str, list[str]] = {}  # patch name -> why it changed nothing
 UNAVAILABLE: dict[str, str] = {}  # patch name -> why its module cannot be imported in this environment
+INSTALLED: dict[str, Patch] = {}  # patch name -> the patch, from its ``install()`` to its ``undo()``
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,6 +260,7 @@ class Patch:
     def install(self) -> None:
         """Apply now if the module is loaded, else right after verl first imports it (while
         ``FINDER`` is on ``sys.meta_path``)."""
+        INSTALLED[self.name] = self
         if self.module in sys.modules:
             self.apply()
         else:
@@ -275,6 +271,7 @@ class Patch:
         FINDER.pending.get(self.module, {}).pop(self.name, None)
         if not FINDER.pending.get(self.module, True):
             del FINDER.pending[self.module]
+        INSTALLED.pop(self.name, None)
         FAILURES.pop(self.name, None)
         UNAVAILABLE.pop(self.name, None)
         applied = _APPLIED.pop(self.name, None)
@@ -345,3 +342,25 @@ def failures(table: tuple[Patch, ...]) -> dict[str, list[str]]:
     """The patches of ``table`` that could not be applied, after importing every module one waits for."""
     import_pending(table)
     return {patch.name: FAILURES[patch.name] for patch in table if patch.name in FAILURES}
+
+
+def installed() -> tuple[Patch, ...]:
+    """The patches installed in this process and not undone, in the order installed: the plugin's
+    table once ``verl_rfpp.plugin`` activated (and the advantage record where a test asks for it)."""
+    return tuple(INSTALLED.values())
+
+
+def lacking(table: tuple[Patch, ...]) -> Optional[str]:
+    """Why the plugin cannot be active in this verl (every patch of ``table`` that could not be
+    applied, with the internals it misses), or ``None``; first imports every verl module a patch
+    waits for, so each has applied or failed. A patch undone or replaced later is the registry
+    guard's and doctor's business, not this one's."""
+    failed = failures(table)
+    if not failed:
+        return None
+    from verl_rfpp.adapter.versions import TESTED_VERL, verl_version
+
+    details = "; ".join(f"{name}: {', '.join(problems)}" for name, problems in failed.items())
+    return (f"verl {verl_version()} lacks what verl-rfpp relies on, so none of its runs start "
+            f"({details}). Fix: use a tested verl ({', '.join(TESTED_VERL)}) or a verl-rfpp release "
+            "that supports this verl")

@@ -112,9 +112,9 @@ def activation_problem(name: str, config: Any = None) -> Optional[str]:
     could not attach (a verl internal it relies on is missing or changed), or
     ``get_adv_estimator_fn(name)`` not ours. (A key of the run config the rules read that is
     missing, removed by the user or renamed by verl, is a violation of section 6.2.9.)"""
-    from verl_rfpp.adapter import table
+    from verl_rfpp.adapter.patching import installed, lacking  # the table's patches, once the plugin installed them
 
-    moved = table.problem()
+    moved = lacking(installed())
     if moved is not None:
         return f"verl_rfpp: {moved}. Check with: verl-rfpp doctor"
     from verl.trainer.ppo import core_algos

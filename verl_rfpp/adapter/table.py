@@ -1,6 +1,7 @@
 """Every change the plugin makes to verl: one ``Patch`` each, in activation order
 (docs/contract.md sections 8.3 and 8.5). Activation, ``deactivate()``, ``verl-rfpp doctor`` and
-the activation guard loop over ``TABLE``; tests derive their cases from it.
+the activation guard (``patching.lacking`` of the installed patches) loop over ``TABLE``; tests derive
+their cases from it.
 
 Each record names the verl slot it changes, the modules that bind the name by ``from ... import``
 (rebound with it), every verl internal it relies on (all checked before anything changes) and what
@@ -9,11 +10,9 @@ it does for a run that is not ours. The wrappers' bodies live in the module of t
 
 from __future__ import annotations
 
-from typing import Optional
-
 from verl_rfpp import losses
 from verl_rfpp.adapter import actor_loss, config, engine, registries, runtime_env, sessions, tracking, workers
-from verl_rfpp.adapter.patching import FINDER, Attribute, Entry, MetaPathEntry, Patch, failures
+from verl_rfpp.adapter.patching import FINDER, Attribute, Entry, MetaPathEntry, Patch
 from verl_rfpp.catalog import POLICY_LOSS_MODE
 
 CORE_ALGOS = registries.CORE_ALGOS
@@ -121,18 +120,3 @@ TABLE: tuple[Patch, ...] = (FINDER_PATCH, VALIDATE_CONFIG, *ESTIMATOR_PATCHES, P
 PATCHES = {patch.name: patch for patch in TABLE}
 assert len(PATCHES) == len(TABLE), "patch names are doctor's labels: one each"
 
-
-def problem() -> Optional[str]:
-    """Why the plugin cannot be active in this verl (every patch that could not be applied, with
-    the internals it misses), or ``None``; first imports every verl module a patch waits for, so
-    each has applied or failed. A patch undone or replaced later is the registry guard's and
-    doctor's business, not this one's."""
-    failed = failures(TABLE)
-    if not failed:
-        return None
-    from verl_rfpp.adapter.versions import TESTED_VERL, verl_version
-
-    details = "; ".join(f"{name}: {', '.join(problems)}" for name, problems in failed.items())
-    return (f"verl {verl_version()} lacks what verl-rfpp relies on, so none of its runs start "
-            f"({details}). Fix: use a tested verl ({', '.join(TESTED_VERL)}) or a verl-rfpp release "
-            "that supports this verl")

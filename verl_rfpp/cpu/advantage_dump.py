@@ -1,7 +1,7 @@
 """Opt-in record of verl's v1 advantage step, for tests of the session semantics
 (docs/contract.md section 3.7). Never imported by the CPU backend itself.
 
-With ``VERL_USE_EXTERNAL_MODULES=verl_rfpp.cpu,verl_rfpp.cpu.advantage_dump`` and
+With ``VERL_USE_EXTERNAL_MODULES=verl_rfpp.cpu.backend,verl_rfpp.cpu.advantage_dump`` and
 ``VERL_RFPP_ADVANTAGE_DUMP=<dir>``, each call of the v1 trainer's
 ``compute_advantage_for_multi_trajectories`` (in the driver) saves what it was given (the rows'
 TransferQueue keys, uids, rewards, mask, the estimator's name) and what it computed (advantages,

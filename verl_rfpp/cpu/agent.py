@@ -5,13 +5,15 @@ A random 28K-parameter model never writes a well-formed tool call, so the ``rfpp
 parser reads one call of ``digit_hint`` out of every first assistant turn; verl's real
 ``ToolAgentLoop`` then runs the tool, appends its answer as a ``tool`` message (tokens with
 ``response_mask`` 0) and lets the model answer again. Every response so has an interior mask
-hole, as tool-calling runs on a GPU do. Registered in every verl process by ``verl_rfpp.cpu``."""
+hole, as tool-calling runs on a GPU do. Registered (``register()``) in every verl process by
+``verl_rfpp.cpu.backend``; importing this module registers nothing."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
 from verl.tools.base_tool import BaseTool
@@ -36,7 +38,6 @@ TOOL_CONFIG = f"""tools:
 """
 
 
-@ToolParser.register(PARSER)
 class ToyToolParser(ToolParser):
     """Every assistant turn calls ``digit_hint`` once (verl stops after ``max_assistant_turns``)."""
 
@@ -54,7 +55,6 @@ class DigitHintTool(BaseTool):
         return ToolResponse(text="digits"), 0.0, {}
 
 
-@register(SESSION_LOOP)
 class TwoOutputAgentLoop(SingleTurnAgentLoop):
     """A toy context-compressing agent for verl 0.9.1's v1 trainer: a session with an even
     ``session_id`` answers, drops that turn from its context and answers again, returning both
@@ -67,3 +67,9 @@ class TwoOutputAgentLoop(SingleTurnAgentLoop):
         if int(kwargs.get("session_id", 1)) % 2:
             return first
         return [first, await super().run(sampling_params, **kwargs)]
+
+
+def register() -> None:
+    """Put the toy parser and the session loop in verl's registries (``verl_rfpp.cpu.backend`` does, at import)."""
+    ToolParser.register(PARSER)(ToyToolParser)
+    register_agent_loop(SESSION_LOOP)(TwoOutputAgentLoop)

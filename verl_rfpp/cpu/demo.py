@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from verl_rfpp.cpu import trace
+from verl_rfpp.cpu import cluster, trace
 from verl_rfpp.cpu.launch import CHECKPOINTS, METRICS, RunResult, saved_step
-from verl_rfpp.tools import cluster
 
 REWARD = "critic/score/mean"
 KL_LOSS = "actor/kl_loss"

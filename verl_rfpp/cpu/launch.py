@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from verl_rfpp import catalog, validation
-from verl_rfpp.cpu import assets, guard, trace
+from verl_rfpp.cpu import assets, cluster, guard, trace
 from verl_rfpp.errors import RfppError
-from verl_rfpp.tools import cluster
 
 METRICS = "metrics.jsonl"  # every step's metrics that the seed decides, one JSON line per step
 TIMING = "timing.jsonl"  # every step's metrics that the clock or the machine decides
@@ -28,6 +27,7 @@ CHECKPOINTS = "checkpoints"  # trainer.default_local_dir
 GUARD_LOG = "guard.log"  # when the launcher ended and what of the run was killed then (``guard``)
 
 GRPO = "grpo"
+BACKEND = "verl_rfpp.cpu.backend"  # the CPU backend's activating module, imported by verl (VERL_USE_EXTERNAL_MODULES)
 SAMPLES = 4  # responses per prompt
 PROMPTS = 4  # prompts per step (one mini-batch, one optimizer step per training step)
 
@@ -147,24 +147,6 @@ def examples_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "examples"
 
 
-def example_overrides(nodes: int, script: Optional[Path] = None) -> list[str]:
-    """The Hydra overrides ``examples/<MULTINODE_EXAMPLE>`` passes to ``main_ppo`` with
-    ``NNODES=nodes`` and one GPU per node, read from the script itself as ``verl-rfpp check`` reads
-    it (``verl_rfpp.tools.scripts``: statically, nothing of it runs)."""
-    script = Path(script) if script else examples_dir() / MULTINODE_EXAMPLE
-    if not script.is_file():
-        raise LaunchError(f"--nodes runs the overrides of {MULTINODE_EXAMPLE}, not found at {script}; "
-                          "run it from a source checkout of verl-rfpp (the script is in examples/)")
-    from verl_rfpp.tools import scripts
-
-    env = {**os.environ, "NNODES": str(nodes), "GPUS_PER_NODE": "1", "DATA_DIR": "unused", "MODEL": "unused"}
-    try:
-        arguments = scripts.read_script(script, environ=env).launches[0].arguments
-    except scripts.ScriptError as error:
-        raise LaunchError(str(error)) from error
-    return [o for o in arguments if not o.startswith(NOT_FOR_CPU)]
-
-
 def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
@@ -172,16 +154,20 @@ def _key(override: str) -> str:
 def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out_dir: Path, ranks: int = 1,
                       seed: int = 0, ours: bool = True, loggers: tuple[str, ...] = ("console",),
                       multi_turn: bool = False, nodes: int = 1, address: Optional[str] = None,
-                      save_every: Optional[int] = None, resume: bool = False) -> list[str]:
+                      save_every: Optional[int] = None, resume: bool = False, example: Sequence[str] = ()) -> list[str]:
     """The recipe plus what a 2-core CPU run of the tiny model needs, on ``ranks`` FSDP ranks. With
     ``nodes > 1``: one rank per node of the Ray cluster at ``address``, and instead of the recipe
-    the multi-node example's overrides, all but ``NOT_FOR_CPU`` and ``REPLACED_FOR_CPU``.
+    the multi-node example's overrides ``example`` (read from the script by the command line,
+    ``verl_rfpp.tools.multinode``), all but ``REPLACED_FOR_CPU``.
     ``save_every``: verl's checkpoint every that many steps and at the last (``trainer.save_freq``);
     ``resume``: continue from the latest one in ``out_dir/checkpoints`` (``trainer.resume_mode=auto``),
     otherwise start afresh (``disable``). verl's ``file`` logger always writes every step's metrics;
     ``rollout.full_determinism``: verl routes each request by a hash of its id, ``PYTHONHASHSEED``
     the seed (docs/cpu-backend.md, "Same seed, same run")."""
-    example = example_overrides(nodes) if nodes > 1 else []
+    if nodes > 1 and not example:
+        raise LaunchError("a run on several nodes runs the multi-node example's overrides: pass them as ``example`` "
+                          "(verl_rfpp.tools.multinode.example_overrides)")
+    example = list(example) if nodes > 1 else []
     samples = next((int(o.split("=", 1)[1]) for o in example if o.startswith("actor_rollout_ref.rollout.n=")),
                    SAMPLES)
     if nodes > 1:
@@ -269,7 +255,7 @@ def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
     modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
     env.update({
         "VERL_PLATFORM": "cpu",
-        "VERL_USE_EXTERNAL_MODULES": ",".join(dict.fromkeys(modules + ["verl_rfpp.cpu"])),
+        "VERL_USE_EXTERNAL_MODULES": ",".join(dict.fromkeys(modules + [BACKEND])),
         "VERL_ENGINE_DEVICE": "cuda",  # the FSDP engine registers for cuda/npu only; it runs on "cpu"
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
@@ -287,7 +273,8 @@ def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False,
             ours: bool = True, loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None,
             multi_turn: bool = False, nodes: int = 1, address: Optional[str] = None,
             extra_overrides: Sequence[str] = (), extra_env: Optional[dict[str, str]] = None,
-            save_every: Optional[int] = None, resume: bool = False) -> tuple[list[str], dict[str, str]]:
+            save_every: Optional[int] = None, resume: bool = False, example: Sequence[str] = ()
+            ) -> tuple[list[str], dict[str, str]]:
     """``(argv, env)`` of one CPU training run; builds the assets (default ``out_dir/assets``).
     ``extra_overrides`` come last (Hydra applies the last value of a key); ``extra_env`` is added
     to the trainer's environment (e.g. another task's data, reward and metrics probe)."""
@@ -295,7 +282,7 @@ def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False,
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = assets.build_all(Path(assets_dir) if assets_dir else out_dir / "assets")
     overrides = trainer_overrides(estimator, paths, steps, legacy, out_dir, ranks, seed, ours, loggers, multi_turn,
-                                  nodes, address, save_every, resume)
+                                  nodes, address, save_every, resume, example)
     env = {**trainer_environment(out_dir, ours), **(extra_env or {})}
     return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *extra_overrides], env
 
@@ -432,8 +419,8 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
         loggers: tuple[str, ...] = ("console",), assets_dir: Optional[Path] = None, multi_turn: bool = False,
         on_step: Optional[Callable[[int, dict[str, float]], None]] = None, nodes: int = 1,
         node_env: Optional[dict[int, dict[str, str]]] = None, extra_overrides: Sequence[str] = (),
-        extra_env: Optional[dict[str, str]] = None, save_every: Optional[int] = None, resume: bool = False
-        ) -> RunResult:
+        extra_env: Optional[dict[str, str]] = None, save_every: Optional[int] = None, resume: bool = False,
+        example: Sequence[str] = ()) -> RunResult:
     """Run verl's ``main_ppo`` on the CPU; its whole log goes to ``out_dir/verl.log`` (and to stdout
     with ``echo``); ``on_step(step, metrics)`` is called as each step's console line arrives.
     One node: verl starts its Ray with ``RAY_TMPDIR`` a temporary directory of the run's own.
@@ -462,17 +449,17 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
                 watch.pid(pid)
             result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers,
                           assets_dir, multi_turn, on_step, nodes, ray_cluster.address, extra_overrides, extra_env,
-                          save_every, resume)
+                          save_every, resume, example)
             result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
         return result
 
 
 def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
-         on_step, nodes=1, address=None, extra_overrides=(), extra_env=None, save_every=None, resume=False
-         ) -> RunResult:
+         on_step, nodes=1, address=None, extra_overrides=(), extra_env=None, save_every=None, resume=False,
+         example=()) -> RunResult:
     out_dir = Path(out_dir).resolve()
     argv, env = command(estimator, out_dir, steps, legacy, ranks, seed, ours, loggers, assets_dir, multi_turn,
-                        nodes, address, extra_overrides, extra_env, save_every, resume)
+                        nodes, address, extra_overrides, extra_env, save_every, resume, example)
     trace_path = Path(env[trace.TRACE_ENV])
     trace_path.unlink(missing_ok=True)
     if resume:  # the steps of a run killed before it split its metrics (write_metrics) are kept

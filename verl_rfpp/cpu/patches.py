@@ -2,7 +2,7 @@
 minimal patches for verl 0.9.1's CUDA-only assumptions, each saying what it works around, and two
 observing hooks for the run trace.
 
-Applied at import of ``verl_rfpp.cpu``, which verl performs early (``VERL_USE_EXTERNAL_MODULES``),
+Applied at import of ``verl_rfpp.cpu.backend``, which verl performs early (``VERL_USE_EXTERNAL_MODULES``),
 before its worker modules bind these names (the modules that bind one by name are rebound anyway).
 """
 
@@ -210,7 +210,7 @@ TABLE: tuple[Patch, ...] = (
 
 
 def apply() -> None:
-    """Apply ``TABLE`` now (idempotent; runs in every process that imports ``verl_rfpp.cpu``); a
+    """Apply ``TABLE`` now (idempotent; runs in every process that imports ``verl_rfpp.cpu.backend``); a
     patch whose verl internals moved raises, so ``import verl`` fails naming it."""
     for patch in TABLE:
         importlib.import_module(patch.module)

@@ -1,5 +1,6 @@
 """A CPU platform for verl's platform registry (verl 0.9.1 registers only nvidia, npu and rocm
-and falls back to nvidia/nccl). Selected with ``VERL_PLATFORM=cpu``; collectives use gloo."""
+and falls back to nvidia/nccl). Selected with ``VERL_PLATFORM=cpu``; collectives use gloo. Registered
+(``register()``) by ``verl_rfpp.cpu.backend``; importing this module registers nothing."""
 
 from __future__ import annotations
 
@@ -37,7 +38,6 @@ class _NoDevice(ModuleType):
 NO_DEVICE = _NoDevice()
 
 
-@PlatformRegistry.register(platform="cpu")
 class PlatformCPU(PlatformBase):
     """verl on CPU processes only: gloo collectives, no device memory, no profiler."""
 
@@ -115,3 +115,8 @@ class PlatformCPU(PlatformBase):
 
     def cudart(self) -> Any:
         return None
+
+
+def register() -> None:
+    """Put ``PlatformCPU`` in verl's platform registry as ``cpu`` (``verl_rfpp.cpu.backend`` does, at import)."""
+    PlatformRegistry.register(platform="cpu")(PlatformCPU)

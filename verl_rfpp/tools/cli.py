@@ -181,6 +181,7 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     # mean nothing to a reader: they go to messages.log in ``out`` (--verbose: to the terminal).
     with quiet.quiet("demo", verbose=args.verbose, stdout=True) as log:
         from verl_rfpp.cpu import assets, demo, launch
+        from verl_rfpp.tools import multinode
 
         assets.build_all(out / "assets")
     if log.path:
@@ -205,10 +206,11 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     trained = args.steps - (launch.saved_step(out) or 0) if args.resume else args.steps  # this run's steps
     if args.save_every:
         launch.write_run_settings(out, settings)
+    example = multinode.example_overrides(args.nodes) if args.nodes > 1 else ()
     try:
         result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,
                             ranks=args.ranks, seed=args.seed, multi_turn=args.multi_turn, on_step=on_step,
-                            nodes=args.nodes, save_every=args.save_every, resume=args.resume)
+                            nodes=args.nodes, save_every=args.save_every, resume=args.resume, example=example)
     except OSError as error:  # --out became unwritable (read-only, full) while the run wrote its files
         if error.errno not in UNWRITABLE:
             raise

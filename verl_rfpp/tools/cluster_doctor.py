@@ -29,8 +29,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
+from verl_rfpp.cpu import cluster
 from verl_rfpp.errors import RfppError
-from verl_rfpp.tools import cluster
 from verl_rfpp.tools.doctor import DISTRIBUTION, Report
 
 PROBE_TIMEOUT_S = 300  # one node's doctor: import verl, compile the CPU kernels (numba)
