@@ -253,21 +253,52 @@ def test_fast_composition_is_hydras():
         assert OmegaConf.to_yaml(compose(overrides)) == OmegaConf.to_yaml(compose_verl_config(overrides)), overrides
 
 
-def _contract_table():
-    """docs/contract.md's 6.2 table: id -> (estimators, keys)."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "contract.md").read_text()
-    table = text[text.index("| id | rule | estimator | keys |"):].split("\n\n", 1)[0].splitlines()[2:]
-    names = {"both": validation.BOTH, "baseline": (catalog.REINFORCE_PLUS_PLUS_BASELINE.name,),
-             "reinforce_plus_plus": (catalog.REINFORCE_PLUS_PLUS.name,)}
-    rows = {}
-    for line in table:
-        rule_id, _, estimator, keys = (cell.strip() for cell in line.strip("|").split(" | "))
-        rows[rule_id] = (names[estimator], tuple(re.findall(r"`([^`]+)`", keys)))
-    return rows
+CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
 
 
-def test_the_contracts_table_is_the_rule_table():
-    assert _contract_table() == {rule.id: (rule.estimators, rule.keys) for rule in validation.RULES}
+def _doc_table(header):
+    """The rows of docs/contract.md's table that starts with ``header``, as lists of cells."""
+    text = CONTRACT.read_text()
+    lines = text[text.index(header):].split("\n\n", 1)[0].splitlines()[2:]
+    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in lines]
+
+
+def _families(families):
+    return "all" if set(families) == set(catalog.FAMILIES) else ", ".join(f.name for f in catalog.FAMILIES
+                                                                          if f in families)
+
+
+def test_the_contracts_rule_table_is_the_rule_table():
+    """6.2's table: id -> (families, keys), as ``RULES`` declares them."""
+    rows = {rule_id: (families, tuple(re.findall(r"`([^`]+)`", keys)))
+            for rule_id, _, families, keys in _doc_table("| id | rule | families | keys |")}
+    assert rows == {rule.id: (_families(rule.families), tuple(key.name for key in rule.keys))
+                    for rule in validation.RULES}
+
+
+def _value(value):
+    return "-" if value is None else f"`{value}`"
+
+
+def key_rows():
+    """One row per key of the rules and the warnings: the rules that read it, its type, whether null
+    is legal, the value verl uses when absent, the value a fix sets, the families that require it."""
+    readers, required, keys = {}, {}, {}
+    for rule_id, rule_keys, rule_families in [*((r.id, r.keys, r.families) for r in validation.RULES),
+                                              ("6.4", validation.WARNING_KEYS, ())]:
+        for key in rule_keys:
+            keys.setdefault(key.name, key)
+            readers.setdefault(key.name, []).append(rule_id)
+            if key.required:
+                required.setdefault(key.name, set()).update(key.families or rule_families)
+    return [[f"`{name}`", ", ".join(readers[name]), validation._TYPE_NAMES[key.kind], "yes" if key.optional else "no",
+             _value(key.default), _value(key.fallback), _families(required[name]) if name in required else "-"]
+            for name, key in keys.items()]
+
+
+def test_the_contracts_key_table_is_the_rules_keys():
+    """6.2.9's table of keys is what the rules' ``Key`` records declare, one row per key."""
+    assert _doc_table("| key | rules | type | null | absent means | fix sets | required for |") == key_rows()
 
 
 @pytest.mark.parametrize("overrides,expected", [c[1:] for c in CASES if c[2]], ids=[c[0] for c in CASES if c[2]])
@@ -276,20 +307,20 @@ def test_every_violation_names_a_rule_that_reads_its_key(overrides, expected):
     estimator = validation.estimator_of(config)
     for violation in validation.violations(config):
         rule = validation.rule(violation.rule)
-        assert estimator in rule.estimators
+        assert catalog.estimator(estimator).family in rule.families
         if rule.id == "6.2.4":
             assert validation.SEQUENCE_SPLITTING_KEY.match(violation.key.rsplit(".", 1)[-1])
         elif rule.id == validation.COMPLETENESS:
-            assert (any(violation.key in r.keys for r in validation.RULES)
-                    or violation.key in validation.REQUIRED_KEYS[estimator])
+            assert violation.key in validation.typed_keys()
         else:
-            assert violation.key in rule.keys
+            assert violation.key in {key.name for key in rule.keys}
 
 
 def test_keys_fixed_with_double_plus_are_exactly_those_verl_lacks():
     base = compose([])
     missing = object()
-    absent = {key for key in validation._TYPED_KEYS if OmegaConf.select(base, key, default=missing) is missing}
+    absent = {name for name, key in validation.typed_keys().items()
+              if key.kind is not dict and OmegaConf.select(base, name, default=missing) is missing}
     assert absent == set(validation.ADDED_KEYS)
 
 
@@ -301,7 +332,8 @@ def test_required_keys_are_in_every_engines_packaged_config(engine):
     """A removed key is refused only if verl's config has it: no recipe is refused for a key it lacks."""
     config = compose([f"model_engine={engine}"])
     missing = object()
-    for estimator, keys in validation.REQUIRED_KEYS.items():
+    for estimator in catalog.ESTIMATORS:
+        keys = [key.name for key in validation.required_keys(estimator)]
         assert [key for key in keys if OmegaConf.select(config, key, default=missing) is missing] == [], estimator
 
 
