@@ -97,7 +97,7 @@ def test_a_violation_is_refused_before_verls_validation(wrapped):
     [*RFPP, "algorithm.kl_ctrl.kl_coef=nan", "actor_rollout_ref.actor.clip_ratio_low=1.5"],
 ])
 def test_the_wrapper_and_check_give_one_verdict_in_the_same_words(wrapped, overrides, capsys):
-    """plugin.verdict.judge decides for both: the wrapper raises the refusal check prints."""
+    """plugin.verdict.judge_config decides for both: the wrapper raises the refusal check prints."""
     with pytest.raises(validation.ConfigViolationError) as raised:
         wrapped(compose_verl_config([*overrides, *SIZES]), use_reference_policy=True, use_critic=False)
     assert cli.main(["check", *overrides, *SIZES]) == 1

@@ -4,15 +4,19 @@ held equal to a full composition by ``test_fast_composition_is_hydras``)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
+import pickle
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 from support.composed import compose
 
@@ -439,3 +443,41 @@ def test_main_ppo_refuses_a_wrong_typed_value_without_a_traceback_from_a_rule(tm
     assert result.returncode != 0
     assert f"{AR}.rollout.n = 'abc': required an integer, got str" in output
     assert "TypeError" not in output and "Started a local Ray instance" not in output
+
+
+# --- every rule key, every wrong type (issue 39): a refusal naming the key, never a traceback ------
+# One concrete key stands for 6.2.4's pattern; keys verl's config lacks are added with ``++``.
+_SPLITTING = f"{AR}.actor.fsdp_config.ulysses_sequence_parallel_size"
+_WRONG = {"a string": "abc", "a list": [1, 2], "a dict": {"a": 1}, "null": None, "a bool": True, "a number": 1}
+_RIGHT = {int: {"a number"}, float: {"a number"}, bool: {"a bool"}, str: {"a string"}, dict: {"a dict"}}
+
+
+def _typed_rule_keys():
+    keys = []
+    for rule in validation.RULES:
+        for key in rule.keys:
+            keys.append((_SPLITTING, key) if "<" in key.name else (key.name, key))
+    return keys + [(key.name, key) for key in validation.WARNING_KEYS]
+
+
+def _recipe_config(estimator):
+    """The recipe's composed config, a fresh copy (``compose`` caches by overrides)."""
+    return pickle.loads(_recipe_bytes(estimator))
+
+
+@functools.cache
+def _recipe_bytes(estimator):
+    return pickle.dumps(compose(list(validation.RECIPES[estimator])))
+
+
+@settings(max_examples=200)
+@given(estimator=st.sampled_from(catalog.ESTIMATOR_NAMES), named=st.sampled_from(_typed_rule_keys()),
+       wrong=st.sampled_from(sorted(_WRONG)))
+def test_every_rule_key_refuses_every_wrong_type_naming_the_key(estimator, named, wrong):
+    name, key = named
+    assume(wrong not in _RIGHT[key.kind] and not (wrong == "null" and key.optional))
+    config = _recipe_config(estimator)
+    OmegaConf.set_readonly(config, False)
+    OmegaConf.update(config, name, _WRONG[wrong], force_add=True)
+    found = validation.violations(config)
+    assert name in {violation.key for violation in found}, (name, wrong, found)

@@ -1,8 +1,10 @@
 """The public API (``verl_rfpp.__all__``, docs/contract.md section 9): every name resolves, each
-function is called, and one name is one function: the registered entries verl's registries hold
-(``verl_rfpp.plugin.guarded_*``) are named apart from the pure estimators they wrap."""
+function is called, and one name is one function across the package."""
 
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
@@ -13,6 +15,7 @@ from verl_rfpp.adapter import registries
 REWARDS = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.5, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
 MASK = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
 INDEX = ["a", "a", "b", "b"]
+PACKAGE = Path(verl_rfpp.__file__).parent
 
 
 def test_every_public_name_resolves():
@@ -45,12 +48,15 @@ def test_each_public_function_is_called():
 
 
 def test_one_name_one_function():
-    """A name of the public API is the same function wherever the package binds it, and the
-    registered entries have names of their own."""
-    public = {name: getattr(verl_rfpp, name) for name in verl_rfpp.__all__}
-    for name, function in registries.ESTIMATORS.items():
-        assert function.__name__ not in public, name
-        assert function.__module__ == "verl_rfpp.plugin"
-    for name, value in public.items():
-        if hasattr(registries, name):
-            assert getattr(registries, name) is value, name
+    """No two functions of the package share a public name (every module of verl_rfpp/, module
+    level, read without importing), and verl's registries hold entries of ours that are not the pure
+    functions of the public API (a ``GuardedEstimator`` per record)."""
+    homes: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                homes.setdefault(node.name, []).append(str(path.relative_to(PACKAGE.parent)))
+    assert {name: files for name, files in homes.items() if len(files) > 1} == {}
+    public = {getattr(verl_rfpp, name) for name in verl_rfpp.__all__}
+    for name, entry in registries.entries().items():
+        assert entry not in public and entry.estimator.name == name

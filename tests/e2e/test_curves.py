@@ -32,7 +32,7 @@ def test_summary_table_and_plots(tmp_path):
     assert row["gain"] == pytest.approx([1.0, 1.2]) and row["reward_last_std"] == pytest.approx(0.28284271247)
     assert row["rfpp_metrics_in_tensorboard"] and not table[verl.label]["rfpp_metrics_in_tensorboard"]
     assert table[verl.label]["kl_last"] == pytest.approx(0.5) and table[verl.label]["adv_std"] == pytest.approx(0.99)
-    report.write(tmp_path, records, steps=10)
+    report.write_report(tmp_path, records, steps=10)
     for name in ("reward.png", "kl.png", "adv_std.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "report.md").read_text()

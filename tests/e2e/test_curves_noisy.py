@@ -92,7 +92,7 @@ def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order(
 
     truth = json.dumps({"quality": {"A": 0.7, "": -1.0}, "noise_std": 0.1, "seed": 5})
     sessions = [f"train-3-{index}-{sample}-0" for index in range(2_000) for sample in range(10)]
-    score = lambda session, answer="A", t=truth: noisy_reward.compute_score(  # noqa: E731
+    score = lambda session, answer="A", t=truth: noisy_reward.noisy_score(  # noqa: E731
         "x", answer, t, extra_info={"index": 1, SESSION_KEY: session})
     draws = torch.tensor([score(s) for s in sessions], dtype=torch.float64)
     assert abs(float(draws.mean()) - 0.7) < 0.003 and abs(float(draws.std()) - 0.1) < 0.003
@@ -104,24 +104,24 @@ def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order(
     with pytest.raises(noisy_task.NoisyTaskError, match="'B'"):
         score("s", "B")
     with pytest.raises(noisy_task.NoisyTaskError, match=SESSION_KEY):
-        noisy_reward.compute_score("x", "A", truth, extra_info={"index": 1})
+        noisy_reward.noisy_score("x", "A", truth, extra_info={"index": 1})
 
 
 def test_verl_loads_the_reward_function_by_the_path_the_runs_give_it(tmp_path):
     """verl executes the file at ``reward.custom_reward_function.path`` without registering it in
     ``sys.modules`` (so, for one, a dataclass there fails to build): the path ``overrides`` gives,
-    loaded as verl loads it, scores like ``noisy_reward.compute_score``."""
+    loaded as verl loads it, scores like ``noisy_reward.noisy_score``."""
     from verl.utils.import_utils import load_extern_object
 
     from verl_rfpp.cpu.patches import SESSION_KEY
 
     given = noisy_runs.overrides({"train": "t", "test": "v"}, {"model": "m"}, 0.01, noisy_task.SEPARATE)
     path = next(o.split("=", 1)[1] for o in given if o.startswith("reward.custom_reward_function.path="))
-    compute_score = load_extern_object(module_path=path, object_name="compute_score")
+    noisy_score = load_extern_object(module_path=path, object_name="noisy_score")
     truth = json.dumps({"quality": {"A": 0.7}, "noise_std": 0.1, "seed": 5})
     info = {"index": 1, SESSION_KEY: "train-1-1-0-0"}
-    expected = noisy_reward.compute_score("x", "A", truth, extra_info=info)
-    assert compute_score("x", "A", truth, extra_info=info) == expected
+    expected = noisy_reward.noisy_score("x", "A", truth, extra_info=info)
+    assert noisy_score("x", "A", truth, extra_info=info) == expected
 
 
 def test_the_cpu_backend_hands_each_session_its_identity_in_a_copy_of_extra_info():
@@ -260,7 +260,7 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
                _record("ours_baseline", 0, 0.2, 0.5), _record("ours_baseline", 1, 0.4, 0.6),
                _record("verl_baseline", 0, 0.25, 0.5), _record("verl_baseline", 1, 0.35, 0.6)]
     start = noisy_analysis.initial(spec)
-    table = noisy_analysis.summarize(records, start)
+    table = noisy_analysis.summarize_noisy(records, start)
     grpo = table["0.01"]["verl_grpo"]
     assert grpo["flat_kl_from_start"]["mean"] == pytest.approx(0.9)
     assert grpo["flat_entropy_drop"]["per_seed"] == pytest.approx([start[P + "flat_entropy"] - 2.0,
@@ -273,10 +273,10 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     assert verdict["flat_kl_from_start"]["ratio"] == pytest.approx(3.0)
     assert verdict["control"]["flat_kl_from_start"]["per_seed"] == pytest.approx([-0.05, 0.05])
     grpo_moved_less = [_record("verl_grpo", 0, 0.1, 0.4), _record("ours_baseline", 0, 0.2, 0.5)]
-    moved_less = noisy_analysis.verdicts(noisy_analysis.summarize(grpo_moved_less, start))["0.01"]
+    moved_less = noisy_analysis.verdicts(noisy_analysis.summarize_noisy(grpo_moved_less, start))["0.01"]
     assert moved_less["answers"]["flat_moved_more"] == "no" and moved_less["plain"] == "partly"
     control = (_record("verl_grpo", 0, 0.3, 0.45, noise_std=0.0), _record("ours_baseline", 0, 0.15, 0.5, noise_std=0.0))
-    clean = noisy_analysis.summarize(list(control), start)
+    clean = noisy_analysis.summarize_noisy(list(control), start)
     effect = noisy_analysis.noise_effect(table, clean)["0.01"]
     assert effect["verl_grpo"]["seeds"] == [0]
     assert effect["verl_grpo"]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.7])
@@ -288,7 +288,7 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     assert reward["noise_free"]["per_seed"] == pytest.approx([-0.05])
     assert reward["noisy"]["per_seed"] == pytest.approx([-0.1])
     assert reward["noise_part"]["per_seed"] == pytest.approx([-0.05]) and reward["share"] == pytest.approx(0.5)
-    noisy_report.write(tmp_path, records, spec, control=control)
+    noisy_report.write_noisy_report(tmp_path, records, spec, control=control)
     for name in ("noisy_lr0.01.png", "noise_free_lr0.01.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "report.md").read_text()
@@ -366,7 +366,7 @@ def test_the_committed_report_and_results_are_what_the_rule_says(spec):
     for key in ("summary", "verdicts", "control_summary", "noise_effect", "noise_part", "matched"):
         assert recomputed[key] == saved[key], key
     text = (committed / "report.md").read_text()
-    generated = noisy_report.report(records, spec, control)
+    generated = noisy_report.noisy_report_text(records, spec, control)
     assert text.startswith(generated), "docs/curves/noisy/report.md differs from what its results.json gives"
     words = " ".join(text[len(generated):].split())
     for claim in noisy_analysis.CLAIMS:  # the hand-written notes repeat no verdict

@@ -98,7 +98,7 @@ RFPP = list(validation.RECIPES[catalog.REINFORCE_PLUS_PLUS.name])
     ([*RFPP, "algorithm.use_kl_in_reward=False"], "off"),
 ])
 def test_the_ok_line_names_the_kl_in_use(overrides, kl):
-    found = verdict.judge(compose(overrides))
+    found = verdict.judge_config(compose(overrides))
     assert found.status == verdict.OK
     assert found.summary() == (f"OK: this config runs {found.estimator} as docs/contract.md defines it; KL: {kl}.")
 
@@ -107,7 +107,7 @@ def test_the_ok_line_names_the_kl_in_use(overrides, kl):
 @given(coefficient=st.floats(min_value=0, max_value=10, allow_nan=False), ours=st.sampled_from([BASELINE, RFPP]))
 def test_the_ok_line_carries_the_configured_coefficient(coefficient, ours):
     key = f"{ACTOR}.kl_loss_coef" if ours is BASELINE else "algorithm.kl_ctrl.kl_coef"
-    line = verdict.judge(compose([*ours, f"{key}={coefficient!r}"])).summary()
+    line = verdict.judge_config(compose([*ours, f"{key}={coefficient!r}"])).summary()
     assert float(re.fullmatch(r".*; KL: k[12] .*, coefficient (\S+)\.", line).group(1)) == coefficient
 
 

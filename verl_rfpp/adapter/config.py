@@ -1,4 +1,4 @@
-"""verl's config validation: ``main_ppo`` refuses, before Ray starts, a config that ``verdict.judge``
+"""verl's config validation: ``main_ppo`` refuses, before Ray starts, a config that ``verdict.judge_config``
 refuses (ours misspelt, ours but not active, ours breaking docs/contract.md section 6), and logs
 its warnings. Any other config, and one the verdict cannot read (not an OmegaConf node, an
 ``adv_estimator`` that does not resolve), goes to verl's own validation untouched."""
@@ -21,7 +21,7 @@ VALIDATE_CONFIG_IMPORTERS = ("verl.utils", "verl.trainer.main_ppo", "verl.traine
 def _validating(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
-        found = verdict.judge(config)
+        found = verdict.judge_config(config)
         if found.refusal is not None:
             raise found.refusal
         for note in found.warnings:

@@ -36,16 +36,21 @@ VALIDATE_CONFIG = Patch(
     others=UNCHANGED + " (a misspelt name of ours, unknown to verl, is refused first)",
     bound_by=config.VALIDATE_CONFIG_IMPORTERS,
 )
-ESTIMATOR_PATCHES = tuple(
-    Patch(
-        name=f"estimator {name}",
-        module=CORE_ALGOS,
-        slot=Entry("ADV_ESTIMATOR_REGISTRY", name),
-        replace=lambda _, entry=entry: entry,
-        internals=registries.INTERNALS,
-        others="nothing: every other name of verl's registry keeps verl's estimator",
-    )
-    for name, entry in registries.entries().items())
+def estimator_patches() -> tuple[Patch, ...]:
+    """One registry patch per estimator record (``verl_rfpp.catalog``), its entry a ``GuardedEstimator``."""
+    return tuple(
+        Patch(
+            name=f"estimator {name}",
+            module=CORE_ALGOS,
+            slot=Entry("ADV_ESTIMATOR_REGISTRY", name),
+            replace=lambda _, entry=entry: entry,
+            internals=registries.INTERNALS,
+            others="nothing: every other name of verl's registry keeps verl's estimator",
+        )
+        for name, entry in registries.entries().items())
+
+
+ESTIMATOR_PATCHES = estimator_patches()
 POLICY_LOSS = Patch(
     name=f"policy loss {POLICY_LOSS_MODE}",
     module=CORE_ALGOS,

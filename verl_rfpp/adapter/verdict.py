@@ -54,7 +54,7 @@ class Verdict:
         return f"OK: this config runs {self.estimator} as docs/contract.md defines it; KL: {self.kl}."
 
 
-def judge(config: Any, plugin_loaded: bool = True) -> Verdict:
+def judge_config(config: Any, plugin_loaded: bool = True) -> Verdict:
     """The verdict on ``config``. ``plugin_loaded``: whether verl loaded this plugin through its
     entry point (always so inside verl's ``validate_config``; ``check`` says, see
     ``verl_rfpp.adapter.loading``). Anything that is not an OmegaConf config is not ours."""

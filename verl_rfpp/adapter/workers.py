@@ -99,7 +99,7 @@ def problem_of(report: dict, expected_version: str) -> Optional[str]:
     return None
 
 
-def describe(name: str, report: dict) -> str:
+def describe_worker(name: str, report: dict) -> str:
     return (f"worker {name} (pid {report['pid']}) on Ray node {str(report.get('node_id'))[:12]} "
             f"({report.get('node_ip')})")
 
@@ -137,7 +137,7 @@ def check_workers(actors: list[tuple[str, Any]], expected_version: Optional[str]
     bad = [(name, report, problem) for (name, _), report in zip(actors, reports, strict=True)
            for problem in [problem_of(report, expected_version)] if problem]
     if bad:
-        lines = [f"- {describe(name, report)}: {problem}" for name, report, problem in bad]
+        lines = [f"- {describe_worker(name, report)}: {problem}" for name, report, problem in bad]
         raise WorkerPluginError(
             f"verl-rfpp {expected_version} runs in verl's driver, but {len(bad)} of {len(reports)} worker "
             "processes would train with other code; stopped before the first rollout:\n" + "\n".join(lines)

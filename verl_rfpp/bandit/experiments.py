@@ -45,7 +45,7 @@ LADDER = tuple(float(f"{m}e{e}") for e in range(-3, 9) for m in (1, 3))
 BINARY_TOLERANCE = 0.002
 # three consecutive ladder rates (a factor 10) within the tolerance of the best: a plateau
 PLATEAU_SPAN = 3
-# (result key, estimator, (prompts per step, samples per prompt)); the last row is a control:
+# (result key, advantage_function, (prompts per step, samples per prompt)); the last row is a control:
 # REINFORCE++ with the group methods' batch shape
 BINARY_RUNS = (
     (GRPO, GRPO, BATCH_SHAPE[GRPO]),
@@ -78,7 +78,7 @@ def grpo_population_std(token_level_rewards: torch.Tensor, response_mask: torch.
     return advantages, advantages
 
 
-def estimator(name: str) -> Callable:
+def advantage_function(name: str) -> Callable:
     """The advantage estimator verl's registry resolves ``name`` to (ours for REINFORCE++), or the
     population-std GRPO variant (``GRPO_POP``)."""
     if name == GRPO_POP:
@@ -96,7 +96,7 @@ def train(env: TabularBandit, method: str, lr: float, steps: int, seed: int,
     """
     generator = torch.Generator().manual_seed(seed)
     logits = torch.zeros(env.quality.shape, dtype=torch.float64)
-    fn = estimator(method)
+    fn = advantage_function(method)
     prompts_per_step, samples = batch_shape or BATCH_SHAPE[method]
     curve = []
     for _ in range(steps):
@@ -332,7 +332,7 @@ def kl_gradient_moments(logits: torch.Tensor, ref_log_prob: torch.Tensor) -> dic
 
     For a sample x ~ pi (pi held fixed) an estimator ``k(x)`` contributes ``g(x) = grad k(x)`` with
     respect to the logits. Returns the reverse-KL gradient ``grad KL(pi || pi_ref)``, the
-    forward-KL gradient ``grad KL(pi_ref || pi)``, and per estimator (``k1``, ``k2`` as
+    forward-KL gradient ``grad KL(pi_ref || pi)``, and per advantage_function (``k1``, ``k2`` as
     ``losses.k2_penalty`` (docs/contract.md section 3.5), ``k3`` unclamped, ``k3_verl`` as verl's
     ``core_algos.kl_penalty(..., "low_var_kl")``) the expected gradient ``sum_x pi(x) g(x)`` and
     the single-sample variance ``sum_x pi(x) |g(x) - E g|^2``.
@@ -433,7 +433,7 @@ def normalization_bias(scale: Scale, p: float = 0.3, group_sizes=(2, 4, 8), grou
     generator = torch.Generator().manual_seed(1)
     results: dict = {"p": p, "per_group": {}, "global": {}}
     for name, method in (("per_group", GRPO), ("global", BASELINE)):
-        fn = estimator(method)
+        fn = advantage_function(method)
         for k in group_sizes:
             rows = {}
             for groups in groups_per_batch:

@@ -14,7 +14,7 @@ LABELS = {ex.GRPO: "GRPO", ex.GRPO_POP: "GRPO (population std)", ex.RLOO: "RLOO"
           ex.RFPP: "REINFORCE++"}
 
 
-def run(out: Path, quick: bool = False) -> dict:
+def run_experiments(out: Path, quick: bool = False) -> dict:
     """All four experiments at the chosen scale; returns what results.json holds."""
     import torch
 
@@ -165,7 +165,7 @@ def _kl_plot(plt, out: Path, kl: dict) -> None:
 
 def _report(results: dict) -> str:
     timing = results["timing"]
-    lines = [f"# verl-rfpp bandit ({results['scale']} run)", "",
+    lines = [f"# verl-rfpp bandit ({results['scale']} run_experiments)", "",
              f"Run time {timing['wall_s']:.0f} s wall, {timing['cpu_s']:.0f} s CPU (one torch thread) on a "
              f"{timing['cpu_count']}-core machine whose 1-minute load average was {timing['load_average_1min'][0]:.1f} "
              f"at the start and {timing['load_average_1min'][1]:.1f} at the end (other jobs). "
@@ -246,7 +246,7 @@ def _binary_section(results: dict) -> list[str]:
                      f"{vs['paired_diff_mean']:+.4f} +- {vs['paired_diff_std']:.4f} | "
                      f"{'yes' if vs['ties'] else 'no'} |")
     rates = sorted({lr for cell in binary.values() for lr in cell["grid"]})
-    lines += ["", "Pass rate by learning rate (mean +- std over seeds; blank: not run):", "",
+    lines += ["", "Pass rate by learning rate (mean +- std over seeds; blank: not run_experiments):", "",
               "| lr | " + " | ".join(_label(key, cell) for key, cell in binary.items()) + " |",
               "| --- |" + " --- |" * len(binary)]
     for lr in rates:

@@ -126,7 +126,7 @@ MIN_ELEMENTS_PER_THREAD = 1 << 18
 
 
 @_njit(_REDUCTION_JIT)
-def selected_row_sums(values, mask, store_valid, valid, row_sum, row_count, lo, hi):
+def row_sums_of_selected(values, mask, store_valid, valid, row_sum, row_count, lo, hi):
     """``row_sum[i] = sum_t select(m, values)``, ``row_count[i] = L_i``; ``valid = (mask != 0)``
     is stored as uint8 when ``store_valid`` (otherwise ``valid`` is not touched)."""
     length = values.shape[1]
@@ -214,7 +214,7 @@ def normalize(values, valid, mean, scale, out, row_sum, row_squares, lo, hi):
 
 
 @_njit(_JIT)
-def broadcast_rows(valid, first_rows, second_rows, first_out, second_out, lo, hi):
+def broadcast_row_values(valid, first_rows, second_rows, first_out, second_out, lo, hi):
     """``first_out[i,t] = where(m, first_rows[i], 0)`` and the same for ``second``: the two
     row-constant outputs of the baseline (docs/contract.md section 3) in one pass over the mask."""
     length = valid.shape[1]
@@ -227,7 +227,7 @@ def broadcast_rows(valid, first_rows, second_rows, first_out, second_out, lo, hi
             second_out[i, t] = second if keep else 0.0
 
 
-def run(kernel, shape: tuple[int, int], threads: int, *arrays) -> None:
+def run_parallel(kernel, shape: tuple[int, int], threads: int, *arrays) -> None:
     """Call ``kernel(*arrays, lo, hi)`` on contiguous row blocks, one per thread.
 
     At most ``threads`` blocks (the trip count never grows with the batch), each of at least

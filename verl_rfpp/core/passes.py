@@ -53,7 +53,7 @@ def selected_row_sums(values: torch.Tensor, response_mask: torch.Tensor):
     if uses_cpu_kernels(values, response_mask):
         mask, valid, store = _kernel_masks(response_mask)
         row_sum, row_count = _row_vectors(values)
-        _run_kernel("selected_row_sums", values.shape, _array(values), mask, store, _array(valid),
+        _run_kernel("row_sums_of_selected", values.shape, _array(values), mask, store, _array(valid),
                     row_sum.numpy(), row_count.numpy())
         return valid, row_sum, row_count
     valid = as_bool_mask(response_mask)
@@ -117,8 +117,8 @@ def broadcast_rows(valid: torch.Tensor, first: torch.Tensor, second: torch.Tenso
     first_out = torch.empty(valid.shape, dtype=dtype, device=valid.device)
     second_out = torch.empty_like(first_out)
     if dtype in (torch.float32, torch.float64) and uses_cpu_kernels(valid, first, second):
-        _run_kernel("broadcast_rows", valid.shape, _array(valid), _array(first.to(dtype)), _array(second.to(dtype)),
-                    first_out.numpy(), second_out.numpy())
+        _run_kernel("broadcast_row_values", valid.shape, _array(valid), _array(first.to(dtype)),
+                    _array(second.to(dtype)), first_out.numpy(), second_out.numpy())
         return first_out, second_out
     zero = torch.zeros((), dtype=dtype, device=valid.device)
     torch.where(valid, first.to(dtype)[:, None], zero, out=first_out)
@@ -149,7 +149,7 @@ def _run_kernel(name: str, shape: torch.Size, *arrays) -> None:
             f"{error}; install a working numba (`pip install numba`), or set {CPU_KERNELS_VARIABLE}=0 "
             "to use torch operations on the CPU (slower)."
         ) from error
-    kernels.run(getattr(kernels, name), shape, torch.get_num_threads(), *arrays)
+    kernels.run_parallel(getattr(kernels, name), shape, torch.get_num_threads(), *arrays)
 
 
 def _totals(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:

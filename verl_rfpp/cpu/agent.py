@@ -5,7 +5,7 @@ A random 28K-parameter model never writes a well-formed tool call, so the ``rfpp
 parser reads one call of ``digit_hint`` out of every first assistant turn; verl's real
 ``ToolAgentLoop`` then runs the tool, appends its answer as a ``tool`` message (tokens with
 ``response_mask`` 0) and lets the model answer again. Every response so has an interior mask
-hole, as tool-calling runs on a GPU do. Registered (``register()``) in every verl process by
+hole, as tool-calling runs on a GPU do. Registered (``register_agent_loops()``) in every verl process by
 ``verl_rfpp.cpu.backend``; importing this module registers nothing."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class TwoOutputAgentLoop(SingleTurnAgentLoop):
         return [first, await super().run(sampling_params, **kwargs)]
 
 
-def register() -> None:
+def register_agent_loops() -> None:
     """Put the toy parser and the session loop in verl's registries (``verl_rfpp.cpu.backend`` does, at import)."""
     ToolParser.register(PARSER)(ToyToolParser)
     register_agent_loop(SESSION_LOOP)(TwoOutputAgentLoop)

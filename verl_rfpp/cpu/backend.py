@@ -44,8 +44,8 @@ def _activate() -> None:
 
     from verl_rfpp.cpu import agent, platform, rollout
 
-    agent.register()
-    platform.register()
+    agent.register_agent_loops()
+    platform.register_platform()
     RolloutReplicaRegistry.register(rollout.NAME, lambda: rollout.HFReplica)
     rollout_base._ROLLOUT_REGISTRY[(rollout.NAME, "async")] = "verl_rfpp.cpu.rollout.HFServerAdapter"
     patches.apply()

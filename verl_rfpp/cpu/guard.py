@@ -92,7 +92,7 @@ def reap(sessions: set[int], roots: dict[int, int], limit_s: float = REAP_LIMIT_
     return len(killed), time.monotonic() - started, len(members(sessions, roots))
 
 
-def main(log_path: str) -> None:
+def watch(log_path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the launcher, which then closes the pipe
     sessions: set[int] = set()
     roots: dict[int, int] = {}
@@ -148,4 +148,4 @@ class Guard:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    watch(sys.argv[1])

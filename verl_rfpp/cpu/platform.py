@@ -1,6 +1,6 @@
 """A CPU platform for verl's platform registry (verl 0.9.1 registers only nvidia, npu and rocm
 and falls back to nvidia/nccl). Selected with ``VERL_PLATFORM=cpu``; collectives use gloo. Registered
-(``register()``) by ``verl_rfpp.cpu.backend``; importing this module registers nothing."""
+(``register_platform()``) by ``verl_rfpp.cpu.backend``; importing this module registers nothing."""
 
 from __future__ import annotations
 
@@ -117,6 +117,6 @@ class PlatformCPU(PlatformBase):
         return None
 
 
-def register() -> None:
+def register_platform() -> None:
     """Put ``PlatformCPU`` in verl's platform registry as ``cpu`` (``verl_rfpp.cpu.backend`` does, at import)."""
     PlatformRegistry.register(platform="cpu")(PlatformCPU)

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from verl_rfpp.curves import noisy_report, noisy_task
-from verl_rfpp.curves.noisy_runs import assets_dir, finished, methods_of, run_all
+from verl_rfpp.curves.noisy_runs import assets_dir, finished, methods_of, train_all
 from verl_rfpp.curves.runs import problem as method_problem
 
-__all__ = ["QUICK", "assets_dir", "command", "problem"]
+__all__ = ["QUICK", "assets_dir", "noisy_command", "noisy_problem"]
 
 QUICK = {"steps": 1, "seeds": 1, "methods": ("ours_baseline",)}  # a smoke run: one update, probed after it
 
 
-def problem(args) -> Optional[str]:
+def noisy_problem(args) -> Optional[str]:
     """Why ``curves --task noisy`` refuses these arguments (unknown methods, a learning rate not
     above 0, a negative noise std), or None."""
     if unknown := method_problem(args.methods):
@@ -28,7 +28,7 @@ def problem(args) -> Optional[str]:
     return None
 
 
-def command(args, echo: Callable[[str], None]) -> int:
+def noisy_command(args, echo: Callable[[str], None]) -> int:
     """``verl-rfpp curves --task noisy`` (arguments ``problem`` accepts): run (or reuse) every lr x
     seed x method, and with ``--control`` the same methods noise-free (the design's control methods
     unless ``--methods``), then write results.json, the plots and report.md into ``--out`` over
@@ -42,14 +42,14 @@ def command(args, echo: Callable[[str], None]) -> int:
     echo(f"verl-rfpp curves --task noisy --design {design.key}: {len(methods)} methods x {seeds} seeds x {steps} "
          f"steps x lr {', '.join(f'{lr:g}' for lr in lrs)}, reward noise std {args.noise_std:g}; "
          f"runs in {out / 'runs'}")
-    run_all(out, design, steps, seeds, lrs, methods, args.noise_std, progress=echo)
+    train_all(out, design, steps, seeds, lrs, methods, args.noise_std, progress=echo)
     control: tuple[dict, ...] = ()
     if args.control:
-        run_all(out, design, steps, args.control, lrs,
+        train_all(out, design, steps, args.control, lrs,
                 methods if args.methods else methods_of(design.control_methods), 0.0, progress=echo)
         control = tuple(finished(out, design, steps, lrs, 0.0))
     spec = noisy_task.build_assets(assets_dir(out, design), design)
-    noisy_report.write(out, finished(out, design, steps, lrs, args.noise_std), spec, control=control)
+    noisy_report.write_noisy_report(out, finished(out, design, steps, lrs, args.noise_std), spec, control=control)
     report_md, results_json = (out / noisy_report.output_name(design.key, name)
                                for name in ("report.md", "results.json"))
     echo(report_md.read_text())

@@ -84,7 +84,7 @@ def group_noise(records: list[dict]) -> dict[tuple[float, float], dict[str, list
     return grouped
 
 
-def summarize(records: list[dict], start: dict[str, float]) -> dict[str, dict[str, dict]]:
+def summarize_noisy(records: list[dict], start: dict[str, float]) -> dict[str, dict[str, dict]]:
     """Per lr and method, over seeds (mean, sample std, the per-seed values), at the end of the runs
     (mean of the last WINDOW steps): informative true reward, flat entropy and its drop from the
     start, KL from the start, the flat-informative total variation gap, and the informative true

@@ -50,7 +50,7 @@ def output_name(design: str, name: str) -> str:
     return name if design == noisy_task.SEPARATE.key else f"{design}-{name}"
 
 
-def plots(out: Path, records: list[dict], start: dict[str, float], best: float, blind: float,
+def noisy_plots(out: Path, records: list[dict], start: dict[str, float], best: float, blind: float,
           design: str) -> list[Path]:
     """One figure per lr and noise level: informative true reward, flat entropy, flat KL from the
     start, the flat-informative gap, advantage rms on flat and on informative rows; line: mean over
@@ -416,7 +416,7 @@ PROBES = (
     "samples: the noise verl saw).")
 
 
-def report(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> str:
+def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> str:
     """report.md's generated part: the verdict, what the noise caused, matched progress, the
     caveats, the bandit compared claim by claim, the task, per lr the summary table and every
     paired difference, the noise-free control, the flat-informative gap per step, which estimator
@@ -550,13 +550,14 @@ def load(path: Path) -> tuple[list[dict], tuple[dict, ...]]:
             tuple(r for r in saved["runs"] if r["noise_std"] != noise))
 
 
-def write(out: Path, records: list[dict], spec: dict, notes: str = "", control: tuple[dict, ...] = ()) -> None:
+def write_noisy_report(out: Path, records: list[dict], spec: dict, notes: str = "",
+                       control: tuple[dict, ...] = ()) -> None:
     """results.json, one plot per lr and noise level and report.md (``notes`` appended), named by
     ``output_name``."""
     out.mkdir(parents=True, exist_ok=True)
     design = spec["design"]
     start = initial(spec)
     (out / output_name(design, "results.json")).write_text(json.dumps(results(records, spec, control), indent=1))
-    plots(out, [*records, *control], start, best_quality(spec), prompt_blind_quality(spec), design)
-    text = report(records, spec, control)
+    noisy_plots(out, [*records, *control], start, best_quality(spec), prompt_blind_quality(spec), design)
+    text = noisy_report_text(records, spec, control)
     (out / output_name(design, "report.md")).write_text(text + (("\n" + notes.strip() + "\n") if notes else ""))

@@ -21,7 +21,7 @@ def noise(seed: int, session: str) -> float:
     return random.Random(f"noisy-reward:{seed}:{session}").gauss(0.0, 1.0)
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
+def noisy_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
     """verl custom reward function: the answer's true quality plus ``noise_std * noise(seed, session)``,
     the session read from ``extra_info`` (the CPU backend puts it there)."""
     from verl_rfpp.cpu.patches import SESSION_KEY
@@ -31,10 +31,10 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
         truth = _TRUTHS[ground_truth] = json.loads(ground_truth)
     answer = answer_of(solution_str)
     if answer not in truth["quality"]:
-        raise NoisyTaskError(f"compute_score: answer {answer!r} (response {solution_str!r}) is not one of the "
+        raise NoisyTaskError(f"noisy_score: answer {answer!r} (response {solution_str!r}) is not one of the "
                              f"task's answers {sorted(truth['quality'])}; the tokenizer and the data disagree")
     session = (extra_info or {}).get(SESSION_KEY)
     if session is None:
-        raise NoisyTaskError(f"compute_score: extra_info has no {SESSION_KEY!r} (got keys {sorted(extra_info or {})}); "
+        raise NoisyTaskError(f"noisy_score: extra_info has no {SESSION_KEY!r} (got keys {sorted(extra_info or {})}); "
                              "the noisy task runs on the CPU backend, which puts each sample's session there")
     return truth["quality"][answer] + truth["noise_std"] * noise(truth["seed"], session)

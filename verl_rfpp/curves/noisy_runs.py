@@ -39,7 +39,7 @@ def overrides(paths: dict, spec: dict, lr: float, design: noisy_task.Design) -> 
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={rows}",
         f"actor_rollout_ref.model.path={spec['model']}",
         f"reward.custom_reward_function.path={Path(noisy_reward.__file__).resolve()}",
-        "reward.custom_reward_function.name=compute_score",
+        f"reward.custom_reward_function.name={noisy_reward.noisy_score.__name__}",
         f"actor_rollout_ref.actor.optim.lr={lr}",
     ]
 
@@ -49,7 +49,7 @@ def run_dir(out: Path, design: noisy_task.Design, method: Method, lr: float, noi
     return out / "runs" / f"{design.key}_{method.key}_lr{lr:g}_noise{noise_std:g}_seed{seed}"
 
 
-def run_one(method: Method, seed: int, steps: int, lr: float, out: Path, design: noisy_task.Design,
+def train_one(method: Method, seed: int, steps: int, lr: float, out: Path, design: noisy_task.Design,
             noise_std: float = NOISE_STD, timeout: float = 900) -> dict:
     """One trainer run (cached in its ``run.json`` when steps, lr and noise agree)."""
     directory = run_dir(out, design, method, lr, noise_std, seed)
@@ -86,7 +86,7 @@ def assets_dir(out: Path, design: noisy_task.Design) -> Path:
     return out / "assets" / f"noisy_{design.key}"
 
 
-def run_all(out: Path, design: noisy_task.Design, steps: int, seeds: int, lrs: tuple[float, ...],
+def train_all(out: Path, design: noisy_task.Design, steps: int, seeds: int, lrs: tuple[float, ...],
             methods: tuple[Method, ...], noise_std: float = NOISE_STD, timeout: float = 900,
             progress: Optional[Callable[[str], None]] = None) -> list[dict]:
     """Every lr x seed x method, seeds outer to methods (a partial run still covers every method)."""
@@ -94,7 +94,7 @@ def run_all(out: Path, design: noisy_task.Design, steps: int, seeds: int, lrs: t
     for lr in lrs:
         for seed in range(seeds):
             for method in methods:
-                record = run_one(method, seed, steps, lr, out, design, noise_std, timeout)
+                record = train_one(method, seed, steps, lr, out, design, noise_std, timeout)
                 records.append(record)
                 if progress:
                     last = {tag: values[-1][1] for tag, values in record["metrics"].items()}

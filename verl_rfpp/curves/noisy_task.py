@@ -100,7 +100,7 @@ def _expected_tokens(design: Design, text: str) -> list[str]:
     return ["<|im_start|>", text[0], text[1], "<|im_end|>", "<|im_start|>"]
 
 
-def build_tokenizer(directory: Path, design: Design) -> None:
+def build_noisy_tokenizer(directory: Path, design: Design) -> None:
     """A word-level tokenizer over the task's words (specials, newline, the prompts' tokens, A-J),
     with a chat template that makes ``_expected_tokens``."""
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
@@ -159,7 +159,7 @@ def build_assets(root: Path, design: Design, task_seed: int = 0) -> dict:
     model_dir.mkdir(parents=True, exist_ok=True)
     # the model's config first: with it, transformers loads the tokenizer as a Qwen2 one, as verl will
     assets.build_model(model_dir, vocab_size=len(_words(design)), tie_word_embeddings=design.tied_embeddings)
-    build_tokenizer(model_dir, design)
+    build_noisy_tokenizer(model_dir, design)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     table = qualities(design, task_seed)
     answers = [answer_of(tokenizer.decode([token], skip_special_tokens=True)) for token in range(len(tokenizer))]

@@ -205,7 +205,7 @@ def comparison(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(out: Path, records: list[dict], steps: int, notes: str = "") -> None:
+def write_report(out: Path, records: list[dict], steps: int, notes: str = "") -> None:
     """results.json (every run's metrics), the three plots and report.md (with ``notes`` appended)."""
     out.mkdir(parents=True, exist_ok=True)
     kept = [{**record, "metrics": {tag: values for tag, values in record["metrics"].items() if tag in KEPT}}

@@ -1,5 +1,5 @@
 """``verl-rfpp check``: a launch script's main_ppo runs (read by ``verl_rfpp.tools.scripts``, never
-run) or main_ppo's overrides, each composed as main_ppo would and judged by ``verdict.judge``
+run) or main_ppo's overrides, each composed as main_ppo would and judged by ``verdict.judge_config``
 (docs/contract.md section 6.5). ``command`` is what the CLI calls; the rest is how a run's lines
 are made."""
 
@@ -81,7 +81,7 @@ class Judged:
     kl: str = ""
 
 
-def command(words: Sequence[str], verbose: bool = False, config_path: Optional[str] = None,
+def check_command(words: Sequence[str], verbose: bool = False, config_path: Optional[str] = None,
             config_name: Optional[str] = None, import_user_modules: bool = False) -> int:
     """``verl-rfpp check``: read the runs (a script's main_ppo launches, or overrides), compose verl's
     config as main_ppo would, and print the verdict of each; the worst exit status."""
@@ -249,7 +249,7 @@ def _judge(run, loaded=None) -> Judged:
         raise
     except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
         return Judged(3, (_composition_error(error, overrides),))
-    found = verdict.judge(config, plugin_loaded=plugin_loaded)
+    found = verdict.judge_config(config, plugin_loaded=plugin_loaded)
     if loaded is not None:
         found = _in_environment(found, loaded)
         unknown = _decided_by_user_code(found, loaded)
@@ -270,7 +270,7 @@ def platform_without_programs() -> str:
     registered platform torch finds available, else ``nvidia``) but without the probe that starts
     ``nvidia-smi`` / ``rocm-smi`` (``platform_manager._detect_platform_name``, reached when verl's
     ``constants_ppo`` is imported), set as ``VERL_PLATFORM`` so that verl, when it asks, asks no
-    program: check starts none. Only in check's own process, for the command (``command`` restores
+    program: check starts none. Only in check's own process, for the check_command (``command`` restores
     it): a training run detects its platform as verl does."""
     from verl.plugin.platform import PlatformRegistry
 

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from verl_rfpp import catalog, validation
 from verl_rfpp.tools import arguments, quiet
-from verl_rfpp.tools import check as check_command
+from verl_rfpp.tools import check as checking
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -25,7 +25,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from verl_rfpp.tools import doctor
 
     with quiet.scratch("doctor"), quiet.quiet("doctor", verbose=args.verbose or args.json, keep=False) as log:
-        report = doctor.report()
+        report = doctor.diagnose()
     if args.json:
         from verl_rfpp.tools import cluster_doctor
 
@@ -63,7 +63,7 @@ def _check(args: argparse.Namespace) -> int:
     """``verl-rfpp check``: ``verl_rfpp.tools.check`` reads and judges the runs, in a temporary
     directory of its own, removed at the end."""
     with quiet.scratch("check"):
-        return check_command.command(args.arguments, args.verbose, args.config_path, args.config_name,
+        return checking.check_command(args.arguments, args.verbose, args.config_path, args.config_name,
                                      args.import_user_modules)
 
 
@@ -80,7 +80,7 @@ def _bandit(args: argparse.Namespace) -> int:
         from verl_rfpp.bandit import report
 
         out = Path(args.out)
-        report.run(out, quick=args.quick)
+        report.run_experiments(out, quick=args.quick)
     print((out / "report.md").read_text())
     print(f"written: {out / 'results.json'}, {out / 'report.md'}, {out}/*.png")
     _mention(log)
@@ -252,7 +252,7 @@ def _curves(args: argparse.Namespace) -> int:
         from verl_rfpp.cpu import assets
         from verl_rfpp.curves import noisy, noisy_task, report, runs
 
-        problem = noisy.problem(args) if args.task == "noisy" else runs.problem(args.methods)
+        problem = noisy.noisy_problem(args) if args.task == "noisy" else runs.problem(args.methods)
         if problem is None and args.task == "noisy":
             design = noisy_task.DESIGNS[args.design]
             noisy_task.build_assets(noisy.assets_dir(out, design), design)
@@ -264,12 +264,12 @@ def _curves(args: argparse.Namespace) -> int:
         print(problem)
         return 2
     if args.task == "noisy":
-        return noisy.command(args, echo=lambda line: print(line, flush=True))
+        return noisy.noisy_command(args, echo=lambda line: print(line, flush=True))
     methods = [m for m in runs.METHODS if not args.methods or m.key in args.methods]
     print(f"verl-rfpp curves: {len(methods)} methods x {args.seeds} seeds x {args.steps} steps of verl's "
           f"trainer on the CPU; runs in {out / 'runs'}", flush=True)
     records = runs.run_all(out, args.steps, args.seeds, tuple(methods), progress=lambda line: print(line, flush=True))
-    report.write(out, records, args.steps)
+    report.write_report(out, records, args.steps)
     print((out / "report.md").read_text())
     print(f"written: {out / 'report.md'}, {out / 'results.json'}, {out}/*.png")
     return 0
@@ -386,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help=COMMANDS["check"],
         usage=("verl-rfpp check [-h] [-v] [-cp DIR] [-cn NAME] [OVERRIDES ...]\n"
                "       verl-rfpp check [-h] [-v] [--import-user-modules] SCRIPT [ARGUMENTS ...]"),
-        epilog=check_command.HELP, formatter_class=arguments.HelpFormatter)
+        epilog=checking.HELP, formatter_class=arguments.HelpFormatter)
     check.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     check.add_argument("-cp", "--config-path",
                        help="main_ppo's --config-path (relative to verl/trainer, as Hydra reads it; default: config)")

@@ -1,6 +1,6 @@
 """``verl-rfpp doctor``'s report as data: whether verl, in this process, runs our estimators.
 
-``report()`` builds it (it imports verl, which loads the plugin when verl does); ``render()`` is
+``diagnose()`` builds it (it imports verl, which loads the plugin when verl does); ``render()`` is
 the text the CLI prints; ``Report.to_dict`` / ``from_dict`` carry it from a cluster node's process
 back to the driver (``verl_rfpp.tools.cluster_doctor``), so every node runs the very same checks.
 """
@@ -45,7 +45,7 @@ class Report:
                    [(label, bool(ok)) for label, ok in data["checks"]], list(data["problems"]))
 
 
-def report() -> Report:
+def diagnose() -> Report:
     """Check, in this process, every piece of the plugin verl would use (and the CPU kernels)."""
     import verl  # noqa: F401  (loads the verl.plugins entry points; must precede any import of ours)
 

@@ -286,7 +286,7 @@ def _source(shell: Shell, fields: list, node) -> Status:
         shell.state.positional = fields[2:]
     shell._sources += 1
     try:
-        shell._block(parse.parse(data, str(path)).children)
+        shell._block(parse.parse_script(data, str(path)).children)
         return shell.status
     except Return as stop:
         return stop.status

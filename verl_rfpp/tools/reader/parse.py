@@ -47,7 +47,7 @@ def read_bytes(path: str) -> bytes:
     return data
 
 
-def parse(data: bytes, path: str):
+def parse_script(data: bytes, path: str):
     """The root node of ``data``'s tree; ``ReadError`` where tree-sitter-bash finds an error."""
     if b"\0" in data:
         raise ReadError(data[:data.index(b"\0")].count(b"\n") + 1, str(path), "it holds a NUL byte")

@@ -176,7 +176,7 @@ class Shell:
 
     def _source_file(self, path: str, node) -> None:
         data = parse.read_bytes(path)
-        root = parse.parse(data, path)
+        root = parse.parse_script(data, path)
         self._block(root.children)
 
     def _block(self, nodes) -> None:
@@ -233,7 +233,8 @@ class Shell:
         """A statement tree-sitter-bash splits at a ``$name`` after ``/$name/`` (its grammar takes
         ``a=$X/$y/$z`` for a command): read again with ``${name}``, which bash expands the same."""
         fixed = _braced(text(node))
-        root = parse.parse(("\n" * node.start_point[0] + fixed).encode(errors="surrogateescape"), str(self.script))
+        source = ("\n" * node.start_point[0] + fixed).encode(errors="surrogateescape")
+        root = parse.parse_script(source, str(self.script))
         statements = [child for child in root.named_children if child.type != "comment"]
         if any(_misparsed(child) for child in statements):
             raise self.refuse(node, "tree-sitter-bash cannot parse this statement")
@@ -790,7 +791,7 @@ class Shell:
 
     def _as_word(self, node):
         """A pattern tree-sitter-bash leaves as raw text (``${X#$P}``), parsed again as one word."""
-        root = parse.parse(b": " + node.text, str(self.script))
+        root = parse.parse_script(b": " + node.text, str(self.script))
         command = root.named_children[0] if len(root.named_children) == 1 else None
         arguments = [] if command is None else command.children_by_field_name("argument")
         if len(arguments) != 1 or text(arguments[0]) != text(node):
@@ -1326,7 +1327,7 @@ class Shell:
 
     def _check_traps(self) -> None:
         for where, action in self.state.traps.values():
-            root = parse.parse(action.encode(errors="surrogateescape"), "a trap's action")
+            root = parse.parse_script(action.encode(errors="surrogateescape"), "a trap's action")
             if not _inert(root, self.state.functions):
                 raise ReadError(where, action[:80], "a trap runs this when the script ends or is signalled, and "
                                 "check does not model traps that change what runs")

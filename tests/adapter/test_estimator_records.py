@@ -1,0 +1,86 @@
+"""An estimator is one record (``verl_rfpp.catalog``): a third one, declared here by one record only,
+is registered in verl's real registry, guarded, validated by its family's rules, has a recipe and
+a CLI choice; every registered entry of ours survives a pickle round trip (Ray ships them).
+
+A real third estimator would touch: ``verl_rfpp/catalog.py`` (its record), ``verl_rfpp/estimators.py``
+(its pure function), docs/contract.md (its section and the family column, if a new family) and the
+README's table; the registry entry, guard, patch, rules, recipe, session hook, CLI choices and
+experiments' labels follow from the record.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from support.composed import fresh as compose
+
+from verl_rfpp import catalog, estimators, validation
+from verl_rfpp.adapter import registries, table
+from verl_rfpp.adapter.patching import is_ours
+from verl_rfpp.tools import cli
+
+
+def floored_baseline(token_level_rewards, response_mask, index, *, session=None):
+    """REINFORCE++-baseline with another variance floor (this test's third estimator): the
+    baseline's result with its advantages halved, so a test can tell which function ran."""
+    result = estimators.reinforce_plus_plus_baseline(token_level_rewards, response_mask, index, session=session)
+    return result._replace(advantages=result.advantages / 2)
+
+
+THIRD = catalog.Estimator(name="reinforce_plus_plus_baseline_floored", label="REINFORCE++-baseline (floored)",
+                          short="floored", family=catalog.GROUP, function=f"{__name__}:floored_baseline")
+
+
+@pytest.fixture
+def third(monkeypatch):
+    """THIRD declared (appended to the catalog) and its registry patch applied, for one test."""
+    from verl.trainer.ppo import core_algos
+
+    monkeypatch.setattr(catalog, "ESTIMATORS", [*catalog.ESTIMATORS, THIRD])
+    (patch,) = [p for p in table.estimator_patches() if p.slot.key == THIRD.name]
+    patch.install()
+    registries.checked_in_process.discard(THIRD.name)
+    try:
+        yield core_algos
+    finally:
+        patch.undo()
+        registries.checked_in_process.discard(THIRD.name)
+
+
+def test_a_third_record_is_registered_guarded_and_computes_its_function(third):
+    entry = third.get_adv_estimator_fn(THIRD.name)
+    assert entry == registries.GuardedEstimator(THIRD) and is_ours(entry) and registries.registered_ours(THIRD.name)
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 3.0], [2.0, 0.0], [0.0, 0.0]])
+    mask = torch.ones_like(rewards)
+    index = ["a", "a", "b", "b"]
+    advantages, _ = entry(token_level_rewards=rewards, response_mask=mask, config=None, index=index)
+    expected = estimators.reinforce_plus_plus_baseline(rewards, mask, index).advantages / 2
+    assert torch.equal(advantages, expected)
+    assert THIRD.name in registries.checked_in_process  # the guard ran once for this name
+
+
+def test_a_third_record_is_validated_by_its_familys_rules_and_has_a_recipe(third):
+    assert validation.RECIPES[THIRD.name][0] == f"algorithm.adv_estimator={THIRD.name}"
+    assert validation.violations(compose(list(validation.RECIPES[THIRD.name]))) == []
+    refused = validation.violations(compose([*validation.RECIPES[THIRD.name], "actor_rollout_ref.rollout.n=1"]))
+    assert [(v.rule, v.key) for v in refused] == [("6.2.1", "actor_rollout_ref.rollout.n")]  # the group family's n > 1
+    assert validation.near_miss("reinforce-plus-plus-baseline-floored") == THIRD.name
+    parser = cli.build_parser()
+    assert parser.parse_args(["recipe", THIRD.name]).estimator == THIRD.name
+
+
+@pytest.mark.parametrize("name", catalog.names())
+def test_every_registered_entry_survives_a_pickle_round_trip(name):
+    entry = registries.entries()[name]
+    copy = pickle.loads(pickle.dumps(entry))
+    assert copy == entry and is_ours(copy)
+
+
+def test_the_third_entry_and_the_policy_loss_survive_a_pickle_round_trip(third):
+    from verl_rfpp.losses import rfpp_policy_loss
+
+    entry = third.get_adv_estimator_fn(THIRD.name)
+    assert pickle.loads(pickle.dumps(entry)) == entry
+    assert pickle.loads(pickle.dumps(third.get_policy_loss_fn(catalog.POLICY_LOSS_MODE))) is rfpp_policy_loss
