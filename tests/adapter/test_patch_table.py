@@ -25,7 +25,7 @@ import pytest
 import torch
 import verl  # noqa: F401  (loads the plugin through its entry point)
 
-from verl_rfpp import plugin
+from verl_rfpp import catalog, plugin
 from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.adapter.table import TABLE
 
@@ -198,7 +198,7 @@ def _advantages():
                                non_tensors={"uid": uids})
     out = compute_advantage(data, adv_estimator="grpo", num_repeat=1, config=_grpo_config().algorithm)
     functions = {name: core_algos.get_adv_estimator_fn(name) for name in core_algos.ADV_ESTIMATOR_REGISTRY
-                 if name not in plugin.ESTIMATORS}
+                 if name not in catalog.names()}
     return functions, out.batch["advantages"], out.batch["returns"]
 
 

@@ -68,13 +68,13 @@ def test_population_std_grpo_by_hand():
     # group [1, 0, 0, 0]: mean 1/4, population variance 3/16; group [2, 2]: spread 0; a singleton keeps its score
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 5.0], dtype=torch.float64)
     prompt_ids = torch.tensor([0, 0, 0, 0, 1, 1, 2])
-    advantages = bandit_env.advantages_from(ex.estimator(ex.GRPO_POP), rewards, prompt_ids)
+    advantages = bandit_env.advantages_from(ex.advantage_function(ex.GRPO_POP), rewards, prompt_ids)
     s = math.sqrt(3 / 16)
     expected = [0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s, 0.0, 0.0, 5.0]
     assert torch.allclose(advantages, torch.tensor(expected, dtype=torch.float64), atol=1e-5)
     # population std of the group's advantages is 1; verl's grpo (unbiased std) gives sqrt(3/4)
     assert math.isclose(float(advantages[:4].std(correction=0)), 1.0, rel_tol=1e-5)
-    verl = bandit_env.advantages_from(ex.estimator(ex.GRPO), rewards[:4], prompt_ids[:4])
+    verl = bandit_env.advantages_from(ex.advantage_function(ex.GRPO), rewards[:4], prompt_ids[:4])
     assert math.isclose(float(verl.std(correction=0)), math.sqrt(3 / 4), rel_tol=1e-5)
 
 

@@ -43,8 +43,8 @@ def test_summary_table_and_plots(tmp_path):
 def test_proof_refuses_a_run_that_ran_the_other_estimator():
     ours, verl = runs.METHODS[0], runs.METHODS[1]
     ours_trace = ["reinforce_plus_plus_baseline pid=1 valid_tokens=64 raw_adv_std=0.5",
-                  "metrics pid=1 adv_std=1 reinforce_plus_plus=verl_rfpp.plugin "
-                  "reinforce_plus_plus_baseline=verl_rfpp.plugin"]
+                  "metrics pid=1 adv_std=1 reinforce_plus_plus=verl_rfpp.adapter.registries "
+                  "reinforce_plus_plus_baseline=verl_rfpp.adapter.registries"]
     verl_trace = ["metrics pid=1 adv_std=0.99 reinforce_plus_plus=verl.trainer.ppo.core_algos "
                   "reinforce_plus_plus_baseline=verl.trainer.ppo.core_algos"]
     assert runs.proof(ours, ours_trace, steps=1).startswith("1 verl_rfpp reinforce_plus_plus_baseline calls")

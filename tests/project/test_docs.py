@@ -182,3 +182,48 @@ def test_readme_states_the_torch_floor_of_pyproject() -> None:
     """A GPU user reads the torch range in the README; pip applies the one in pyproject.toml."""
     (torch,) = re.findall(r'(?m)^\s*"(torch[<>=!~][^"]*)",', (ROOT / "pyproject.toml").read_text())
     assert f"torch `{torch[len('torch'):]}`" in (ROOT / "README.md").read_text()
+
+
+def _readme_table(header: str) -> list[list[str]]:
+    text = (ROOT / "README.md").read_text()
+    lines = text[text.index(header):].split("\n\n", 1)[0].splitlines()
+    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in lines[:1] + lines[2:]]
+
+
+def _overrides(cell: str, left: set[str]) -> set[str]:
+    """The overrides a README recipe cell names: ``same`` is the left cell's; a key without a dot is
+    under the previous override's parent (`actor.use_kl_loss=True`, `kl_loss_type=k2`)."""
+    if cell == "same":
+        return left
+    found, parent = set(), ""
+    for override in re.findall(r"`([^`]+)`", cell):
+        key = override.split("=", 1)[0]
+        if "." not in key:
+            override = f"{parent}.{override}"
+        parent = override.split("=", 1)[0].rsplit(".", 1)[0]
+        found.add(override)
+    return found
+
+
+def test_the_readmes_recipe_table_is_the_records_recipes() -> None:
+    """The README's recipe table: one column per estimator record (its label), holding its recipe."""
+    from verl_rfpp import catalog
+
+    header, *rows = _readme_table("| REINFORCE++-baseline | REINFORCE++ |")
+    columns: dict[str, set[str]] = {label: set() for label in header}
+    for row in rows:
+        left: set[str] = set()
+        for label, cell in zip(header, row, strict=True):
+            left = _overrides(cell, left)
+            columns[label] |= left
+    assert columns == {record.label: set(record.recipe) for record in catalog.ESTIMATORS}
+
+
+def test_the_readmes_rule_table_applies_each_rule_to_its_families() -> None:
+    from verl_rfpp import catalog, validation
+
+    names = {"both": set(catalog.FAMILIES), "baseline": {catalog.GROUP}, "REINFORCE++": {catalog.RETURNS}}
+    _, *rows = _readme_table("| rule | setting | rejected when | applies to | why |")
+    assert {rule_id for rule_id, *_ in rows} == {rule.id for rule in validation.RULES}
+    for rule_id, _, _, applies, _ in rows:
+        assert names[applies] == set(validation.rule(rule_id).families), rule_id

@@ -28,7 +28,7 @@ from verl_rfpp.curves.noisy_analysis import (
     noise_effect,
     noise_part,
     prompt_blind_quality,
-    summarize,
+    summarize_noisy,
     verdicts,
 )
 from verl_rfpp.curves.noisy_runs import NOISE_STD
@@ -422,9 +422,9 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
     paired difference, the noise-free control, the flat-informative gap per step, which estimator
     ran."""
     start, best = initial(spec), best_quality(spec)
-    table = summarize(records, start)
+    table = summarize_noisy(records, start)
     verdict = verdicts(table)
-    clean = summarize(list(control), start) if control else {}
+    clean = summarize_noisy(list(control), start) if control else {}
     effect, part, progress = noise_effect(table, clean), noise_part(table, clean), matched(records)
     steps, noise = records[0]["steps"], records[0]["noise_std"]
     lines = [
@@ -525,7 +525,7 @@ def results(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> 
     noise-free ``control``'s summary, the noise's effect and part, matched progress, every run's
     kept metrics."""
     start = initial(spec)
-    table = summarize(records, start)
+    table = summarize_noisy(records, start)
     design = noisy_task.DESIGNS[spec["design"]]
     settings = {"design": design.key,
                 "prompts": [{"text": row["text"], "kind": row["kind"]} for row in spec["prompts"]],
@@ -533,7 +533,7 @@ def results(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> 
                 "noise_std": records[0]["noise_std"], "steps": records[0]["steps"],
                 "prompts_per_step": design.prompts_per_step, "samples_per_prompt": design.samples, "window": WINDOW,
                 "levels": list(LEVELS), "quality": {row["text"]: row["quality"] for row in spec["prompts"]}}
-    clean = summarize(list(control), start) if control else {}
+    clean = summarize_noisy(list(control), start) if control else {}
     kept = [{**record, "metrics": {tag: values for tag, values in record["metrics"].items() if tag in KEPT}}
             for record in (*records, *control)]
     return {"settings": settings, "initial": start, "best_quality": best_quality(spec),
