@@ -15,6 +15,8 @@ from omegaconf import OmegaConf
 from support import reference
 from support.batches import make_batch
 
+from verl_rfpp import catalog
+
 OURS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
 REGISTRY_SNAPSHOT = """
