@@ -50,14 +50,17 @@ if __package__ in (None, ""):  # run as a file: ``python tests/support/different
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from support import standins  # noqa: E402
-from verl_rfpp import validation  # noqa: E402
+from verl_rfpp import (
+    catalog,
+    validation,  # noqa: E402
+)
 from verl_rfpp.adapter import compose  # noqa: E402
 from verl_rfpp.tools import cli  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent.parent
 CORPUS = TESTS / "tools" / "differential"
 VERL_EXAMPLES = TESTS / "tools" / "scripts" / "verl"
-ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
+ESTIMATORS = catalog.ESTIMATOR_NAMES
 BASH_TIMEOUT = 10.0
 UNKNOWN_VALUE_ASSUMED = "it is the value of a key no rule reads"
 """check's ``assumed:`` line for an unknown value it judged (docs/contract.md section 6.5)."""

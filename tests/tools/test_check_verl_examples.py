@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # 126 checks and their Fix commands
 
 CORPUS = Path(__file__).resolve().parent / "scripts" / "verl"
 SCRIPTS = sorted(CORPUS.rglob("*.sh"))
-ESTIMATORS = (catalog.REINFORCE_PLUS_PLUS.name, catalog.REINFORCE_PLUS_PLUS_BASELINE.name)
+ESTIMATORS = catalog.ESTIMATOR_NAMES
 
 # The checks (one per script, as below) that reached a verdict (exit 0 or 1) with check as it
 # was before issue 29 (main at 051028d: the script ran under bash with stand-ins for python,
