@@ -1,7 +1,11 @@
-"""k2 KL loss, mask-safe response mean and the clipped surrogate (docs/contract.md sections 3 and 5).
+"""The policy loss the plugin gives verl and its pieces (docs/contract.md sections 3 and 5).
 
-Plain tensors only; selection is boolean, so NaN or Inf at masked positions never reach a loss or
-its gradient.
+On the training path: ``rfpp_policy_loss`` (verl's policy-loss registry entry ``rfpp``: the clipped
+surrogate, ``clipped_surrogate``, reduced by the response mean, ``response_mean``) and
+``responses_with_valid_tokens`` (the engine's response-count denominator, ``adapter/engine.py``).
+Not on it: ``k2_penalty``; a run's k2 term is verl's own ``kl_penalty`` inside verl's ``ppo_loss``.
+Plain tensors only, no verl; selection is boolean, so NaN or Inf at masked positions never reach a
+loss or its gradient.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ LOG_RATIO_BOUND = 20.0
 
 
 def k2_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
-    """``D_k2 = 0.5 * (logp_theta - logp_ref)^2`` per token (docs/contract.md section 3).
+    """``D_k2 = 0.5 * (logp_theta - logp_ref)^2`` per token (docs/contract.md section 3). Used by
+    ``verl_rfpp.bandit`` (its k2 loss and KL estimators) and by the tests, which hold it equal to verl's
+    ``kl_penalty(..., "k2")``, the function training uses.
 
     Its gradient with respect to ``logp_theta`` is ``logp_theta - logp_ref``, whose expectation
     under the policy is the gradient of the reverse KL(pi_theta || pi_ref).
