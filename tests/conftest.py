@@ -191,15 +191,28 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return report
 
 
-@pytest.fixture(autouse=True)
-def _compose_once_per_group_choice(request):
-    """In the two-minute tier (a run that deselects ``slow``), ``compose_verl_config`` without a
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that asks for ``cached_composition`` (a module's ``pytestmark =
+    pytest.mark.usefixtures("cached_composition")``) says in its id which composition it gets:
+    ``cached-composition`` for a test of the two-minute tier in a run that deselects ``slow``,
+    ``full-composition`` otherwise (the whole suite)."""
+    if "cached_composition" in metafunc.fixturenames:
+        cached = _deselects_slow(metafunc.config) and _in_fast_tier(metafunc.definition)
+        metafunc.parametrize("cached_composition", [cached], indirect=True,
+                             ids=["cached-composition" if cached else "full-composition"])
+
+
+@pytest.fixture
+def cached_composition(request):
+    """With the parameter ``cached-composition``, ``compose_verl_config`` without a
     ``--config-path``/``--config-name`` composes verl's packaged config once per choice of config
-    groups and applies the rest of the overrides with Hydra's own code (tests/support/composed.py, held
-    equal to a full composition by a slow test of test_validation); ``verl-rfpp check`` and the
-    tests that imported the name get it. The whole suite composes every config in full."""
-    if not (_deselects_slow(request.config) and _in_fast_tier(request.node)):
-        yield
+    groups and applies the rest of the overrides with Hydra's own code (tests/support/composed.py,
+    held equal to a full composition by a slow test of test_validation); ``verl-rfpp check`` and the
+    test's module, when it imported the name, get it. ``full-composition``: nothing is swapped.
+    Every contract rule's verdict on a full composition, as verl's main_ppo composes, is held in the
+    tier by tests/contract/test_validation.py, which does not ask for this fixture."""
+    if not request.param:
+        yield False
         return
     from support import composed
 
@@ -216,7 +229,7 @@ def _compose_once_per_group_choice(request):
         patch.setattr(compose, "compose_verl_config", compose_verl_config)
         if getattr(request.module, "compose_verl_config", None) is full:
             patch.setattr(request.module, "compose_verl_config", compose_verl_config)
-        yield
+        yield True
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

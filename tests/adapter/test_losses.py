@@ -16,6 +16,8 @@ from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.contract import validation
 from verl_rfpp.core import losses
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 EPS = 0.2
 KL_COEF = 0.01
 

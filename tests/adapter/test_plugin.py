@@ -15,6 +15,8 @@ from omegaconf import OmegaConf
 from support import reference
 from support.batches import make_batch
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 OURS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
 REGISTRY_SNAPSHOT = """
