@@ -3,7 +3,10 @@ pytest's cache is off (``-p no:cacheprovider`` in pyproject), Hypothesis keeps n
 database and its other storage (``.hypothesis/``, by default in the cwd) lives in a temporary
 directory removed at exit. The two-minute tier (``-m "not slow and not e2e"``) stays honest:
 in a run that deselects ``slow``, a test of the tier that starts a process fails, naming itself;
-a cache a library builds with a helper process on first use is built before the first test."""
+a cache a library builds with a helper process on first use is built before the first test.
+Nothing is left in ``$TMPDIR`` either: what the suite's libraries put there by default (torch's
+``torchinductor_USER`` cache, made when verl imports ``torch._dynamo``; Hypothesis's home) goes
+to one scratch directory per process, removed when the process's session ends."""
 
 from __future__ import annotations
 
@@ -14,18 +17,34 @@ import shutil
 import subprocess
 import tempfile
 
-import pytest
-import torch
-from _pytest.mark.expression import Expression
-from hypothesis import settings
-from hypothesis.configuration import set_hypothesis_home_dir
-from support.trainer_runs import v1_two_output_run  # noqa: F401  (a session fixture of the e2e modules)
 
-from verl_rfpp.core import passes
+def _scratch() -> str:
+    """This process's scratch directory: made once (a pytester session in the same process imports
+    this file again and gets the same one), removed at exit and, in an xdist worker (which ends
+    without running ``atexit``), at the end of its session."""
+    pid, _, path = os.environ.get("VERL_RFPP_TESTS_SCRATCH", "").partition(":")
+    if pid != str(os.getpid()) or not os.path.isdir(path):
+        path = tempfile.mkdtemp(prefix="verl-rfpp-tests-")
+        os.environ["VERL_RFPP_TESTS_SCRATCH"] = f"{os.getpid()}:{path}"
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
-_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="verl-rfpp-hypothesis-")
-atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
-set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+
+_SCRATCH = _scratch()
+# torch makes $TMPDIR/torchinductor_USER when torch._dynamo is imported (verl imports it) unless this
+# names another place; the processes a test starts inherit it (the xdist workers: the controller's).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_SCRATCH, "torchinductor"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from _pytest.mark.expression import Expression  # noqa: E402
+from hypothesis import settings  # noqa: E402
+from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
+from support.trainer_runs import v1_two_output_run  # noqa: E402, F401  (a session fixture of the e2e modules)
+
+from verl_rfpp.core import passes  # noqa: E402
+
+set_hypothesis_home_dir(os.path.join(_SCRATCH, "hypothesis"))
 settings.register_profile("verl_rfpp", database=None, deadline=None)  # no timing asserted: loaded CI machines
 settings.load_profile("verl_rfpp")
 
@@ -172,15 +191,28 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return report
 
 
-@pytest.fixture(autouse=True)
-def _compose_once_per_group_choice(request):
-    """In the two-minute tier (a run that deselects ``slow``), ``compose_verl_config`` without a
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that asks for ``cached_composition`` (a module's ``pytestmark =
+    pytest.mark.usefixtures("cached_composition")``) says in its id which composition it gets:
+    ``cached-composition`` for a test of the two-minute tier in a run that deselects ``slow``,
+    ``full-composition`` otherwise (the whole suite)."""
+    if "cached_composition" in metafunc.fixturenames:
+        cached = _deselects_slow(metafunc.config) and _in_fast_tier(metafunc.definition)
+        metafunc.parametrize("cached_composition", [cached], indirect=True,
+                             ids=["cached-composition" if cached else "full-composition"])
+
+
+@pytest.fixture
+def cached_composition(request):
+    """With the parameter ``cached-composition``, ``compose_verl_config`` without a
     ``--config-path``/``--config-name`` composes verl's packaged config once per choice of config
-    groups and applies the rest of the overrides with Hydra's own code (tests/support/composed.py, held
-    equal to a full composition by a slow test of test_validation); ``verl-rfpp check`` and the
-    tests that imported the name get it. The whole suite composes every config in full."""
-    if not (_deselects_slow(request.config) and _in_fast_tier(request.node)):
-        yield
+    groups and applies the rest of the overrides with Hydra's own code (tests/support/composed.py,
+    held equal to a full composition by a slow test of test_validation); ``verl-rfpp check`` and the
+    test's module, when it imported the name, get it. ``full-composition``: nothing is swapped.
+    Every contract rule's verdict on a full composition, as verl's main_ppo composes, is held in the
+    tier by tests/contract/test_validation.py, which does not ask for this fixture."""
+    if not request.param:
+        yield False
         return
     from support import composed
 
@@ -197,4 +229,11 @@ def _compose_once_per_group_choice(request):
         patch.setattr(compose, "compose_verl_config", compose_verl_config)
         if getattr(request.module, "compose_verl_config", None) is full:
             patch.setattr(request.module, "compose_verl_config", compose_verl_config)
-        yield
+        yield True
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker's process ends without running ``atexit``: its scratch directory goes here
+    (a pytester session run inside a worker has no ``workerinput`` and leaves it be)."""
+    if hasattr(session.config, "workerinput"):
+        shutil.rmtree(_SCRATCH, ignore_errors=True)

@@ -15,6 +15,8 @@ from tensordict import TensorDict
 from verl_rfpp import losses, validation
 from verl_rfpp.adapter.compose import compose_verl_config
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 EPS = 0.2
 KL_COEF = 0.01
 

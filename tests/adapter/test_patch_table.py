@@ -29,6 +29,8 @@ from verl_rfpp import catalog, plugin
 from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.adapter.table import TABLE
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 SNAPSHOT = r"""
 import importlib, json, sys
 import verl

@@ -17,6 +17,8 @@ from support.batches import make_batch
 
 from verl_rfpp import catalog
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 OURS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
 REGISTRY_SNAPSHOT = """

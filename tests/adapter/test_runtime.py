@@ -15,6 +15,8 @@ from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.tools import cli
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 
 @pytest.fixture
 def fresh_process_state():

@@ -16,6 +16,8 @@ from verl_rfpp import catalog, validation
 from verl_rfpp.adapter import runtime_env
 from verl_rfpp.adapter.compose import compose_verl_config
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 
 def _job_env(overrides):
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env

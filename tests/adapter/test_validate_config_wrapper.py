@@ -14,6 +14,8 @@ from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.adapter.table import VALIDATE_CONFIG
 from verl_rfpp.tools import cli
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])
 RFPP = list(validation.RECIPES["reinforce_plus_plus"])
 UNSET = "${oc.env:VERL_RFPP_TEST_UNSET_VARIABLE}"

@@ -260,6 +260,34 @@ def test_fast_composition_is_hydras():
 CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
 
 
+# One refused case per rule (6.2.1 ... 6.2.12), composed in full, as main_ppo composes it.
+RULE_CASES = {"6.2.1": "base-n1", "6.2.2": "base-token-mean", "6.2.3": "base-vanilla-dual-clip",
+              "6.2.4": "base-actor-ulysses", "6.2.5": "base-colocate-async", "6.2.6": "rfpp-kl-as-loss",
+              "6.2.7": "base-kl-in-reward", "6.2.8": "base-rejection-sampling", "6.2.9": "base-clip-not-a-number",
+              "6.2.10": "rfpp-gamma-above-one", "6.2.11": "rfpp-kl-coef-negative", "6.2.12": "base-clip-low-one"}
+
+
+def test_every_rule_has_a_case_composed_in_full():
+    assert list(RULE_CASES) == [rule.id for rule in validation.RULES]
+    assert set(RULE_CASES.values()) <= {case[0] for case in CASES}
+
+
+@pytest.mark.parametrize("rule_id,case", RULE_CASES.items(), ids=[f"{r}-{c}" for r, c in RULE_CASES.items()])
+def test_each_rules_verdict_on_verls_own_composition(rule_id, case):
+    """The rule's verdict on a config composed by ``compose_verl_config`` in full (Hydra's
+    ``compose`` of verl's packaged ppo_trainer, as main_ppo does; the fixture
+    ``cached_composition`` of tests/conftest.py is not asked for here), the case's keys reported
+    under that rule alone, the same verdict as on ``composed.compose``'s config."""
+    overrides, expected = next(c[1:] for c in CASES if c[0] == case)
+    config = compose_verl_config(overrides)
+    found = validation.violations(config)
+    assert {violation.rule for violation in found} == {rule_id}
+    assert {violation.key for violation in found} == expected
+    with pytest.raises(validation.ConfigViolationError, match=rf"\[{re.escape(rule_id)}\] "):
+        validation.enforce(config)
+    assert found == validation.violations(compose(overrides))
+
+
 def _doc_table(header):
     """The rows of docs/contract.md's table that starts with ``header``, as lists of cells."""
     text = CONTRACT.read_text()

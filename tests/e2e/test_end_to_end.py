@@ -1,6 +1,6 @@
 """verl's real trainers on the CPU with our estimators (python -m verl.trainer.main_ppo in a
 subprocess, Ray, FSDP2 workers on 1 or 2 ranks with gloo, hf_cpu rollout, reference model,
-weight sync). Marked e2e. Three trainer runs (one shared with tests/adapter/test_sessions.py) cover: both
+weight sync). Marked e2e. Three trainer runs (one shared with tests/e2e/test_sessions_runs.py) cover: both
 estimators, both trainers, 2 ranks, 2 Ray nodes, the rfpp/ metrics in verl's tensorboard logger,
 the ``verl-rfpp demo`` command's output, multi-turn masks with interior holes, and a run beside a
 Ray cluster the user runs."""
@@ -71,7 +71,7 @@ def _two_rank_checks(result, estimator, out_dir, loss_calls=1):
 def test_v1_trainer_on_two_ranks_baseline_advantages_are_computed_once_globally(v1_two_output_run):
     """The session fixture (tests/support/trainer_runs.py): REINFORCE++-baseline in verl's v1 trainer with
     the k2 KL loss; its agent loop returns 24 rows a step, so each rank trains 2 mini-batches.
-    tests/adapter/test_sessions.py checks the same run's advantages per session."""
+    tests/e2e/test_sessions_runs.py checks the same run's advantages per session."""
     result = v1_two_output_run.result
     _two_rank_checks(result, "reinforce_plus_plus_baseline", v1_two_output_run.out, loss_calls=2)
     assert 0.0 < result.steps[2]["actor/kl_loss"] < 1.0  # the k2 term is live once the policy moved

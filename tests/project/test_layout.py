@@ -2,10 +2,11 @@
 folder of tests, and no module or folder that is gone; test modules have distinct names (pytest
 imports each by its name, tests/ on sys.path); every tests/ path the docs, the code and the tests
 cite exists (the CHANGELOG's history aside); the contract's sections are numbered in order
-(docs/contract.md)."""
+(docs/contract.md); tests/e2e/ holds the tests marked ``e2e`` and no other."""
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import Counter
 from pathlib import Path
@@ -68,3 +69,45 @@ def test_the_contract_sections_are_in_order():
                                        flags=re.M)]
     assert len(numbers) > 40
     assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+
+
+def _marks_e2e(node: ast.AST) -> bool:
+    """Whether an expression is or holds ``pytest.mark.e2e`` (a decorator, a ``pytestmark`` list)."""
+    return any(isinstance(part, ast.Attribute) and part.attr == "e2e" and ast.unparse(part.value) == "pytest.mark"
+               for part in ast.walk(node))
+
+
+def _e2e_tests(path: Path) -> dict[str, bool]:
+    """Each test of a module (``test_*`` functions, methods of ``Test*`` classes) and whether it is
+    marked ``e2e``: by the module's ``pytestmark``, its class's decorators or its own, read
+    statically (nothing imported)."""
+    module = ast.parse(path.read_text())
+    module_marked = any(isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "pytestmark"
+                                                             for target in node.targets) and _marks_e2e(node.value)
+                        for node in module.body)
+    tests = {}
+    for node in module.body:
+        if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            marked = module_marked or any(_marks_e2e(decorator) for decorator in node.decorator_list)
+            for method in node.body:
+                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name.startswith("test"):
+                    tests[f"{node.name}.{method.name}"] = marked or any(map(_marks_e2e, method.decorator_list))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            tests[node.name] = module_marked or any(map(_marks_e2e, node.decorator_list))
+    return tests
+
+
+def test_the_e2e_folder_holds_the_e2e_tests_and_no_other():
+    """tests/e2e/ is the ``e2e`` marker: every test there is marked ``e2e`` (the two-minute tier,
+    ``-m "not slow and not e2e"``, runs none of it), and no module elsewhere uses the marker at all
+    (a test, a parameter's ``marks``, a ``pytestmark``)."""
+    modules = sorted(path for path in TESTS.rglob("test_*.py") if not path.is_relative_to(TESTS / "tools" / "scripts"))
+    inside = [path for path in modules if path.parent == TESTS / "e2e"]
+    assert len(inside) >= 5
+    unmarked = [f"{path.relative_to(ROOT)}::{name}" for path in inside
+                for name, marked in _e2e_tests(path).items() if not marked]
+    assert unmarked == [], "tests in tests/e2e/ not marked e2e: move them to the folder of what they test"
+    assert all(_e2e_tests(path) for path in inside)
+    outside = [str(path.relative_to(ROOT)) for path in modules
+               if path.parent != TESTS / "e2e" and _marks_e2e(ast.parse(path.read_text()))]
+    assert outside == [], "modules outside tests/e2e/ that mark a test e2e: move the e2e tests to tests/e2e/"

@@ -168,3 +168,40 @@ def test_with_two_workers_a_modules_fixture_is_set_up_once(pytester: pytest.Pyte
     result = pytester.runpytest_subprocess("-n", "2")
     result.assert_outcomes(passed=6)
     assert (tmp_path / "setups").read_text() == "set up\n"
+
+
+LEAVES = """
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def test_imports_verl():
+    import verl  # noqa: F401  (verl imports torch._dynamo, which makes torch's inductor cache folder)
+
+
+@given(st.text())
+def test_draws_text(text):  # Hypothesis writes its unicode and constants caches into its home
+    assert isinstance(text, str)
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "two-workers"])
+def test_a_run_leaves_nothing_in_tmpdir(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        workers: list[str]) -> None:
+    """A run with tests/conftest.py, in one process and on two xdist workers (whose processes end
+    without ``atexit``), leaves a private ``TMPDIR`` as it found it, pytest's own ``pytest-of-*``
+    aside (before: ``torchinductor_USER``, made when verl imports ``torch._dynamo``; and in the
+    loaded tier both workers' ``verl-rfpp-hypothesis-*``, removed at exit only, which execnet skips
+    with ``os._exit`` when a worker takes over 10 s to end)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "VERL_RFPP_TESTS_SCRATCH"):  # as a fresh run has them: unset
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    pytester.makeconftest((TESTS / "conftest.py").read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n    e2e: e2e\n")
+    pytester.makepyfile(test_leaves=LEAVES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not slow and not e2e", *workers)
+    result.assert_outcomes(passed=2)
+    assert sorted(name for name in os.listdir(scratch) if not name.startswith("pytest-of-")) == []

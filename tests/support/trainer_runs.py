@@ -41,5 +41,5 @@ def two_output_run(out: Path) -> TwoOutputRun:
 @pytest.fixture(scope="session")
 def v1_two_output_run(tmp_path_factory) -> TwoOutputRun:
     """``two_output_run``: read by tests/e2e/test_end_to_end.py (the v1 trainer on 2 ranks),
-    tests/adapter/test_sessions.py (contract 3.7) and tests/e2e/test_determinism.py (the same run again)."""
+    tests/e2e/test_sessions_runs.py (contract 3.7) and tests/e2e/test_determinism_runs.py (the same run again)."""
     return two_output_run(tmp_path_factory.mktemp("v1-two-outputs"))

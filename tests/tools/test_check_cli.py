@@ -16,6 +16,8 @@ import pytest
 from verl_rfpp import validation
 from verl_rfpp.tools import cli
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 BASE = list(validation.RECIPES["reinforce_plus_plus_baseline"])
 RFPP = list(validation.RECIPES["reinforce_plus_plus"])
 

@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 from support.checking import check
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 HOSTILE = Path(__file__).resolve().parent / "scripts" / "hostile"
 TOKEN = "VERL_RFPP_HOSTILE_TOKEN"  # set for check: every process the script starts inherits it
 PAST = 1_000_000_000  # the witnesses' mtime (2001): any write moves it

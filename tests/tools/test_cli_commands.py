@@ -29,6 +29,8 @@ from verl_rfpp.adapter import verdict
 from verl_rfpp.cpu import demo
 from verl_rfpp.tools import cli, cluster_doctor
 
+pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
+
 ACTOR = "actor_rollout_ref.actor"
 
 

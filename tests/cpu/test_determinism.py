@@ -1,33 +1,20 @@
 """Same seed, same run; a resumed run equals an uninterrupted one (issue 31, docs/cpu-backend.md
-"Same seed, same run"). The fast tests hold the pieces in-process: each request's sampling stream
+"Same seed, same run"): the pieces, in-process: each request's sampling stream
 (``rollout.request_seed``) whatever the order requests come in, a session's identity as the
-request id, the estimators' bits, the weights digest, the split of verl's metrics file. The e2e
-tests run verl's v1 trainer: 1 rank (a run straight to step 4; the same seed to step 2 with a
-checkpoint, then resumed to 4, through ``verl-rfpp demo``; another seed) and 2 ranks (the shared
-``v1_two_output_run`` once more)."""
+request id, the estimators' bits, the weights digest, the split of verl's metrics file. verl's v1
+trainer runs (1 rank and 2 ranks, resumed and not) are tests/e2e/test_determinism_runs.py."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
-import io
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.trainer_runs import two_output_run
 
 from verl_rfpp.cpu import assets, launch, rollout
 from verl_rfpp.tools import cli
@@ -305,166 +292,3 @@ def test_save_and_resume_reach_verl_s_trainer_options(tmp_path):
     assert {"trainer.save_freq=2", "trainer.resume_mode=auto",
             f"trainer.default_local_dir={tmp_path / launch.CHECKPOINTS}"} <= set(saving)
 
-
-# --- verl's trainer: same seed, same bits; resume equals uninterrupted ---------------------------------
-
-@dataclass
-class DemoRun:
-    """What a ``verl-rfpp demo`` run left: its output, its exit code, the weights digest per step
-    (its trace) and ``metrics.jsonl``'s lines."""
-
-    out: str
-    code: int
-    digests: dict
-    metrics: list
-
-
-def _demo(arguments: list[str], out: Path) -> DemoRun:
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        code = cli.main(["demo", *arguments, "--out", str(out)])
-    digests = launch.weight_digests((out / "trace.txt").read_text().splitlines())
-    return DemoRun(printed.getvalue(), code, digests, (out / launch.METRICS).read_text().splitlines())
-
-
-KILL_BOUND_S = 10.0  # SIGKILL of the demo's process group -> no process of its run alive (measured: 0.2-2 s)
-
-
-@dataclass
-class KilledRun:
-    """A ``verl-rfpp demo`` killed with SIGKILL: what it printed, the digests and verl's metrics
-    lines of its steps (its trace, ``verl-metrics.jsonl``), the processes of its run alive at the
-    kill and those still alive ``KILL_BOUND_S`` later, the checkpoint verl's tracker named at the
-    kill and after, and the files under ``checkpoints/`` changed after the kill."""
-
-    directory: Path
-    out: str
-    digests: dict
-    metrics: dict
-    alive_at_kill: list
-    left: list
-    tracker: tuple
-    written_after: list
-
-
-def _run_processes(out: Path) -> list[psutil.Process]:
-    """The live processes whose environment names ``out``'s trace file: the trainer, the Ray
-    processes it started, its workers and servers (they inherit the trainer's environment)."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("VERL_RFPP_TRACE") == str(out / "trace.txt") and \
-                    process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def _kill_demo(arguments: list[str], out: Path, ready) -> KilledRun:
-    """``verl-rfpp demo ARGUMENTS --out OUT`` in a process group of its own, killed with SIGKILL
-    (the group: the launcher; the trainer runs in a session of its own) once ``ready()``."""
-    printed = out.parent / f"{out.name}.out"
-    with open(printed, "w") as stdout:
-        demo = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "demo", *arguments, "--out", str(out)],
-                                stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 900
-        while not ready() and demo.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert demo.poll() is None, printed.read_text()
-        alive = _run_processes(out)
-        at_kill, killed_at = launch.saved_step(out), time.time()
-        os.killpg(demo.pid, signal.SIGKILL)
-        demo.wait()
-    gone, left = psutil.wait_procs(alive, timeout=KILL_BOUND_S)
-    written_after = [str(path) for path in (out / launch.CHECKPOINTS).rglob("*") if path.stat().st_mtime > killed_at]
-    lines = [json.loads(line) for line in (out / launch.VERL_METRICS).read_text().splitlines()]
-    metrics = {line["step"]: {"step": line["step"], **{key: line["data"][key] for key in sorted(line["data"])
-                                                        if not launch.is_clock_metric(key)}} for line in lines}
-    digests = launch.weight_digests((out / "trace.txt").read_text().splitlines())
-    return KilledRun(out, printed.read_text(), digests, metrics, alive, left, (at_kill, launch.saved_step(out)),
-                     written_after)
-
-
-@pytest.fixture(scope="module")
-def one_rank_runs(tmp_path_factory):
-    """verl's v1 trainer on 1 rank, REINFORCE++-baseline with the k2 loss, seed 0: ``straight``
-    (``launch.run``) to step 4; ``killed``: ``verl-rfpp demo --steps 4 --save-every 2`` killed
-    with SIGKILL once it logged step 2 (its checkpoint saved; step 3 under way), then ``resumed``:
-    ``verl-rfpp demo --steps 4 --resume`` in the same directory; ``other``: seed 1, 1 step."""
-    def run(name, steps, **options):
-        out = tmp_path_factory.mktemp(name)
-        result = launch.run(ESTIMATOR, out, steps=steps, echo=False, timeout=900, **options)
-        assert result.returncode == 0, "".join(result.log[-60:])
-        return result, out
-
-    straight = run("straight", 4)
-    out = tmp_path_factory.mktemp("demo")
-
-    def step_2_logged() -> bool:
-        return (out / launch.VERL_METRICS).exists() and '{"step":2,' in (out / launch.VERL_METRICS).read_text()
-
-    killed = _kill_demo(["--steps", "4", "--save-every", "2"], out, step_2_logged)
-    resumed = _demo(["--steps", "4", "--resume"], out)
-    assert resumed.code == 0, resumed.out
-    return {"straight": straight, "killed": killed, "resumed": resumed, "other": run("other", 1, seed=1)}
-
-
-@pytest.mark.e2e
-def test_one_rank_same_seed_same_weights_and_metrics_every_step(one_rank_runs):
-    (straight, _), killed = one_rank_runs["straight"], one_rank_runs["killed"]
-    assert sorted(killed.digests)[:3] == [0, 1, 2] and len({killed.digests[step] for step in (0, 1, 2)}) == 3
-    assert {step: killed.digests[step] for step in (0, 1, 2)} == {step: straight.digests[step] for step in (0, 1, 2)}
-    assert {step: killed.metrics[step] for step in (1, 2)} == {step: straight.metrics[step] for step in (1, 2)}
-    assert any(key.startswith("rfpp/") for key in straight.metrics[1])
-
-
-@pytest.mark.e2e
-def test_nothing_of_a_killed_demo_outlives_it(one_rank_runs):
-    """SIGKILL of the demo's process group (the launcher alone: the trainer has a session of its
-    own): within ``KILL_BOUND_S`` no process of the run is alive (the trainer and its Ray: the guard,
-    ``verl_rfpp.cpu.guard``, killed them), and no checkpoint was written after the kill."""
-    killed = one_rank_runs["killed"]
-    assert len(killed.alive_at_kill) >= 5, killed.alive_at_kill  # the trainer, Ray's GCS and raylet, workers
-    assert not killed.left, [(p.pid, p.name()) for p in killed.left]
-    assert killed.tracker == (2, 2) and not killed.written_after, (killed.tracker, killed.written_after)
-    assert "step 4/4" not in killed.out, killed.out
-    assert "killed" in (killed.directory / launch.GUARD_LOG).read_text()
-
-
-@pytest.mark.e2e
-def test_a_killed_run_resumed_from_step_2_equals_the_run_straight_to_step_4(one_rank_runs):
-    """``demo --resume`` continued after the checkpoint of step 2 of the killed run (it trained
-    steps 3 and 4 only) and ended with the weights and ``metrics.jsonl`` (steps 1-4, those of
-    the killed run kept) of the run straight to step 4."""
-    (straight, straight_out), resumed = one_rank_runs["straight"], one_rank_runs["resumed"]
-    progress = [line.split()[1] for line in resumed.out.splitlines() if line.startswith("step ")]
-    assert progress == ["3/4", "4/4"] and "PASS: " in resumed.out, resumed.out
-    assert {step: resumed.digests[step] for step in (3, 4)} == {step: straight.digests[step] for step in (3, 4)}
-    assert f"Actor weights after step 4: sha256 {straight.digest}." in resumed.out
-    assert resumed.metrics == (straight_out / launch.METRICS).read_text().splitlines()  # steps 1-4
-
-
-@pytest.mark.e2e
-def test_another_seed_gives_another_run(one_rank_runs):
-    (straight, _), (other, _) = one_rank_runs["straight"], one_rank_runs["other"]
-    assert other.digests[0] == straight.digests[0]  # the same model before training
-    assert other.digests[1] != straight.digests[1]
-    assert other.metrics[1]["critic/score/mean"] != straight.metrics[1]["critic/score/mean"]
-
-
-@pytest.fixture(scope="module")
-def v1_two_output_run_again(tmp_path_factory):
-    """``trainer_runs.two_output_run`` once more (named to sort after the shared fixture, so the
-    two runs share one xdist group)."""
-    return two_output_run(tmp_path_factory.mktemp("v1-two-outputs-again"))
-
-
-@pytest.mark.e2e
-def test_two_ranks_same_seed_same_weights_and_metrics_every_step(v1_two_output_run, v1_two_output_run_again):
-    first, again = v1_two_output_run, v1_two_output_run_again
-    assert sorted(first.result.digests) == [0, 1, 2]
-    assert all(re.fullmatch("[0-9a-f]{64}", digest) for digest in first.result.digests.values())  # ranks agree
-    assert again.result.digests == first.result.digests
-    assert again.result.metrics == first.result.metrics
-    assert (again.out / launch.METRICS).read_text() == (first.out / launch.METRICS).read_text()

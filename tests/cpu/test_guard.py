@@ -3,7 +3,7 @@ place of verl's: a launcher that starts a guard and a "trainer" in a session of 
 starts children in process groups of their own (as Ray's raylet starts its workers) and a
 grandchild that leaves the session (``setsid``). The launcher is killed with SIGKILL, or ends
 normally; either way every process of the run is gone within ``BOUND_S``. The trainer run by
-verl with the demo is tests/e2e/test_determinism.py's ``test_nothing_of_a_killed_demo_outlives_it``."""
+verl with the demo is tests/e2e/test_determinism_runs.py's ``test_nothing_of_a_killed_demo_outlives_it``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``verl-rfpp curves``: the report's numbers, the proof of which estimator ran, tensorboard
 read-back (a real run of verl's built-in with the plugin excluded, through ``curves --task noisy``,
-is tests/e2e/test_curves_noisy.py's e2e test)."""
+is tests/e2e/test_curves_noisy_run.py's e2e test)."""
 
 from __future__ import annotations
 
