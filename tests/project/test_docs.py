@@ -168,14 +168,14 @@ def test_the_recipe_goes_after_the_users_own_arguments() -> None:
 
 @pytest.mark.slow
 def test_readme_one_liner_prints_the_plugin_module(tmp_path: Path) -> None:
-    """The README's check by hand must print ``verl_rfpp.plugin``, run from outside the checkout."""
+    """The README's check by hand must print our registry entry, run from outside the checkout."""
     readme = (ROOT / "README.md").read_text()
     (command,) = re.findall(r"(?m)^python -c \"(.*get_adv_estimator_fn.*)\"$", readme)
     result = subprocess.run(
         [sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "verl_rfpp.plugin"
+    assert result.stdout.strip().splitlines()[-1] == "GuardedEstimator(reinforce_plus_plus)"
 
 
 def test_readme_states_the_torch_floor_of_pyproject() -> None:
