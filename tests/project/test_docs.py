@@ -167,7 +167,7 @@ def test_the_recipe_goes_after_the_users_own_arguments() -> None:
 
 
 @pytest.mark.slow
-def test_readme_one_liner_prints_the_plugin_module(tmp_path: Path) -> None:
+def test_readme_one_liner_prints_our_registry_entry(tmp_path: Path) -> None:
     """The README's check by hand must print our registry entry, run from outside the checkout."""
     readme = (ROOT / "README.md").read_text()
     (command,) = re.findall(r"(?m)^python -c \"(.*get_adv_estimator_fn.*)\"$", readme)
