@@ -33,7 +33,7 @@ from verl.trainer.ppo import core_algos
 
 from verl_rfpp import reinforce_plus_plus, reinforce_plus_plus_baseline
 from verl_rfpp.core import passes
-from verl_rfpp.estimators import Segments
+from verl_rfpp.core.groups import Segments
 
 SAMPLES_PER_PROMPT = 8
 GAMMA = 0.99  # the discounted REINFORCE++ row: the gamma < 1 path (docs/contract.md section 2)

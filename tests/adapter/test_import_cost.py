@@ -43,4 +43,4 @@ def test_registries_are_ours_whichever_way_verl_is_reached():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split()[-4:] == ["verl_rfpp.plugin"] * 3 + ["True"]
+    assert result.stdout.split()[-4:] == ["verl_rfpp.adapter.registries"] * 2 + ["verl_rfpp.losses", "True"]

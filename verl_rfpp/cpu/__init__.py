@@ -4,3 +4,5 @@
 Only ``verl_rfpp.cpu.backend`` changes verl when imported (verl imports it through
 ``VERL_USE_EXTERNAL_MODULES=verl_rfpp.cpu.backend``); this package and its other modules change
 nothing (tests/adapter/test_activation.py)."""
+
+ROLLOUT_NAME = "hf_cpu"  # the hf_cpu rollout's name in verl's rollout registries and run configs

@@ -17,8 +17,12 @@ verl's own estimators run untouched.
 
 from __future__ import annotations
 
+import importlib
+
 from verl_rfpp.adapter import versions
 from verl_rfpp.cpu import patches
+
+ROLLOUT_MODULE = "verl_rfpp.cpu.rollout"
 
 
 def _check_verl_version() -> None:
@@ -42,12 +46,14 @@ def _activate() -> None:
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from verl_rfpp.cpu import agent, platform, rollout
+    from verl_rfpp.cpu import ROLLOUT_NAME, agent, platform
 
     agent.register_agent_loops()
     platform.register_platform()
-    RolloutReplicaRegistry.register(rollout.NAME, lambda: rollout.HFReplica)
-    rollout_base._ROLLOUT_REGISTRY[(rollout.NAME, "async")] = "verl_rfpp.cpu.rollout.HFServerAdapter"
+    # The rollout module is named, not imported: a Ray worker that unpickles its server class imports
+    # it first, and its own ``import verl`` brings this module in while it is half-initialized.
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: importlib.import_module(ROLLOUT_MODULE).HFReplica)
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{ROLLOUT_MODULE}.HFServerAdapter"
     patches.apply()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from verl_rfpp import catalog, validation
-from verl_rfpp.cpu import assets, cluster, guard, trace
+from verl_rfpp.cpu import ROLLOUT_NAME, assets, cluster, guard, trace
 from verl_rfpp.errors import RfppError
 
 METRICS = "metrics.jsonl"  # every step's metrics that the seed decides, one JSON line per step
@@ -203,7 +203,7 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
         f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.actor.ppo_epochs=1",
-        "actor_rollout_ref.rollout.name=hf_cpu",
+        f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.rollout.calculate_log_probs=False",

@@ -15,7 +15,7 @@ import os
 
 from verl_rfpp import catalog
 from verl_rfpp.adapter.patching import Attribute, Internal, Patch, failures
-from verl_rfpp.cpu import trace
+from verl_rfpp.cpu import ROLLOUT_NAME, trace
 
 DISTRIBUTED = "verl.utils.distributed"
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
@@ -90,7 +90,7 @@ def _session_request_ids(original):
     @functools.wraps(original)
     def request_id(self, request_id):
         session = SESSION.get()
-        if session is None or self.config.actor_rollout_ref.rollout.name != "hf_cpu":
+        if session is None or self.config.actor_rollout_ref.rollout.name != ROLLOUT_NAME:
             return original(self, request_id)
         return session
 

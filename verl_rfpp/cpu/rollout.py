@@ -22,7 +22,6 @@ from verl_rfpp.cpu import trace
 
 logger = logging.getLogger("verl_rfpp")
 
-NAME = "hf_cpu"
 TURN_TOKENS = 4  # the most tokens of one assistant turn in multi-turn runs
 
 
