@@ -42,7 +42,8 @@ SCRIPT = textwrap.dedent("""
     from verl_rfpp.core import kernels
 
     compiled = {name: len(getattr(kernels, name).signatures)
-                for name in ("row_sums_of_selected", "suffix_sums", "centered_row_sums", "normalize", "broadcast_row_values")}
+                for name in ("row_sums_of_selected", "suffix_sums", "centered_row_sums", "normalize",
+                             "broadcast_row_values")}
     print(json.dumps({
         "values": [[r.returns.tolist(), r.advantages.tolist()] for r in results],
         "kernels_used": passes.uses_cpu_kernels(mask),
