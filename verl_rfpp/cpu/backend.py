@@ -37,17 +37,29 @@ def _check_verl_version() -> None:
         )
 
 
+ROLLOUT = "hf_cpu"  # verl_rfpp.cpu.rollout.NAME
+
+
+def _hf_replica() -> type:
+    from verl_rfpp.cpu import rollout
+
+    return rollout.HFReplica
+
+
 def _activate() -> None:
     _check_verl_version()
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from verl_rfpp.cpu import agent, platform, rollout
+    from verl_rfpp.cpu import agent, platform
 
     agent.register()
     platform.register()
-    RolloutReplicaRegistry.register(rollout.NAME, lambda: rollout.HFReplica)
-    rollout_base._ROLLOUT_REGISTRY[(rollout.NAME, "async")] = "verl_rfpp.cpu.rollout.HFServerAdapter"
+    # By name, rollout imported on first use: a Ray worker that unpickles the rollout server imports
+    # ``verl_rfpp.cpu.rollout`` first, whose ``import verl`` imports this module, while rollout is
+    # still half-initialized (reading ``rollout.NAME`` here failed: the server never started).
+    RolloutReplicaRegistry.register(ROLLOUT, _hf_replica)
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = "verl_rfpp.cpu.rollout.HFServerAdapter"
     patches.apply()
 
 
