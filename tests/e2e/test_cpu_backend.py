@@ -297,6 +297,19 @@ def test_ray_s_word_that_a_worker_died_names_it():
     assert launch._driver_failed(own) and launch._death_in_log(own, 1) is None
 
 
+def test_of_workers_gone_at_once_the_one_ray_s_error_names_is_the_one_that_died():
+    """Seen in a 2-rank run: the rank killed and the TransferQueueController gone in one look of
+    the watch; Ray's error in verl's driver names the rank."""
+    result = launch.RunResult(returncode=1, log=ACTOR_DIED_LOG.splitlines(keepends=True))
+    result.death = launch.WorkerDeath(1776, "ray::TransferQueueController", 1, 0.0, with_it=[(4284, "ray::WorkerDict")])
+    launch._name_death(result, 1)
+    assert (result.death.pid, result.death.title) == (4284, "ray::WorkerDict")
+    assert result.death.with_it == [(1776, "ray::TransferQueueController")]
+    unseen = launch.RunResult(returncode=1, log=result.log)  # verl stopped before the watch looked
+    launch._name_death(unseen, 1)
+    assert (unseen.death.pid, unseen.death.title, unseen.death.after_step) == (4284, "ray::WorkerDict", 1)
+
+
 def test_a_dead_worker_is_one_line_naming_it_and_how_to_resume(tmp_path):
     """The demo's one line for a run stopped by a dead Ray worker: which worker, after which step,
     how the run stopped, and the resume command with the run's own options (or why the folder

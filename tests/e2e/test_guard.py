@@ -141,15 +141,15 @@ def test_the_watch_names_the_first_ray_worker_that_ends_and_not_an_idle_one():
     trainer, titles = _workers_trainer()
     try:
         watch = guard.WorkerWatch(trainer.pid)
-        assert watch.poll() is None and len(watch.watched) == 2  # the idle worker is not watched
+        assert watch.poll() == [] and len(watch.watched) == 2  # the idle worker is not watched
         os.kill(titles["ray::IDLE"], signal.SIGKILL)
         time.sleep(0.2)
-        assert watch.poll() is None
+        assert watch.poll() == []
         os.kill(titles["ray::WorkerDict.update_actor"], signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while (gone := watch.poll()) is None and time.monotonic() < deadline:
+        while not (gone := watch.poll()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert gone == (titles["ray::WorkerDict.update_actor"], "ray::WorkerDict")
+        assert gone == [(titles["ray::WorkerDict.update_actor"], "ray::WorkerDict")]
     finally:
         guard.reap({trainer.pid}, {})
         trainer.wait()

@@ -125,10 +125,11 @@ def title(pid: int) -> Optional[str]:
 
 class WorkerWatch:
     """The Ray workers of session ``sid`` that hold an actor or a task (title ``ray::Name...``,
-    not ``IDLE``): ``poll()`` returns ``(pid, title)`` of the first one seen gone (ended, a zombie,
-    or its pid reused), else ``None``. The session is read every ``rescan_s`` (new workers); the
-    watched pids every poll (a few ``/proc`` reads). A worker seen back to ``IDLE`` is dropped
-    (Ray ends idle workers when it likes)."""
+    not ``IDLE``): ``poll()`` returns ``[(pid, title), ...]`` of those seen gone since the last poll
+    (ended, a zombie, or its pid reused; several at once when Ray ends actors with the one that
+    died). The session is read every ``rescan_s`` (new workers); the watched pids every poll (a
+    few ``/proc`` reads). A worker seen back to ``IDLE`` is dropped (Ray ends idle workers when it
+    likes)."""
 
     def __init__(self, sid: int, rescan_s: float = 3.0):
         self.sid = sid
@@ -145,18 +146,22 @@ class WorkerWatch:
         self.watched[pid] = (start, name.split(".", 1)[0])
         return True
 
-    def poll(self) -> Optional[tuple[int, str]]:
+    def poll(self) -> list[tuple[int, str]]:
+        gone = []
         for pid, (start, name) in list(self.watched.items()):
             found = _stat(pid)
             if found is None or found[2] != start or found[3] in "ZX" or not self._see(pid, start):
-                return pid, name
+                gone.append((pid, name))
+                self.watched.pop(pid, None)
+        if gone:
+            return gone
         if time.monotonic() - self._scanned >= self.rescan_s:
             self._scanned = time.monotonic()
             for pid in members({self.sid}, {}) - set(self.watched):
                 found = _stat(pid)
                 if found:
                     self._see(pid, found[2])
-        return None
+        return []
 
 
 class Guard:

@@ -381,7 +381,7 @@ def _die_with(parent: int) -> Optional[Callable[[], None]]:
 
 
 WORKER_GRACE_S = 20.0  # after a worker of the run ended, verl's trainer has this long to stop by itself
-WATCH_S = 0.5  # how often the launcher looks at the run's workers
+WATCH_S = 0.25  # how often the launcher looks at the run's workers
 
 
 @dataclass
@@ -398,6 +398,7 @@ class WorkerDeath:
     seen: float  # time.monotonic()
     stopped_by_launcher: bool = False
     seconds: float = 0.0
+    with_it: list = field(default_factory=list)  # (pid, title) of the workers seen gone in the same look
 
 
 # Ray's errors for a call on an actor or a task whose worker process ended
@@ -422,6 +423,20 @@ def _death_in_log(log: Sequence[str], after_step: int) -> Optional[WorkerDeath]:
     return WorkerDeath(int(match[2]), "ray::" + match[1].rsplit(".", 1)[-1], after_step, time.monotonic())
 
 
+def _name_death(result: RunResult, last_step: int) -> None:
+    """After the trainer ended: a death the watch did not see is taken from Ray's error in verl's
+    log (``_death_in_log``); of several workers seen gone in one look (one that died and those Ray
+    ended with it: a 2-rank run's ``TransferQueueController`` with its ``WorkerDict``), the one
+    Ray's error names is the one that died."""
+    named = _death_in_log(result.log, last_step) if result.returncode != 0 else None
+    if result.death is None and not result.timed_out:
+        result.death = named
+    elif result.death and named and any(pid == named.pid for pid, _ in result.death.with_it):
+        result.death.with_it = [(p, t) for p, t in result.death.with_it if p != named.pid]
+        result.death.with_it.append((result.death.pid, result.death.title))
+        result.death.pid, result.death.title = named.pid, named.title
+
+
 def _last_step(result: RunResult, out_dir: Path) -> int:
     """The last step of the run logged or checkpointed (a step's checkpoint and weight sync come
     before its console line); 0 before the first."""
@@ -437,7 +452,8 @@ def _watch_workers(process: subprocess.Popen, result: RunResult, steps: int, out
     while process.poll() is None:
         gone = workers.poll()
         if gone and max(result.steps, default=0) < steps and not _driver_failed(result.log):
-            result.death = WorkerDeath(gone[0], gone[1], _last_step(result, out_dir), time.monotonic())
+            (pid, title), *others = gone
+            result.death = WorkerDeath(pid, title, _last_step(result, out_dir), time.monotonic(), with_it=others)
             while process.poll() is None and time.monotonic() - result.death.seen < WORKER_GRACE_S:
                 time.sleep(0.1)
             if process.poll() is None:
@@ -567,8 +583,7 @@ def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, o
                 if parsed and on_step:
                     on_step(*parsed)
         result.returncode = process.wait()
-        if result.death is None and result.returncode != 0 and not result.timed_out:
-            result.death = _death_in_log(result.log, _last_step(result, out_dir))
+        _name_death(result, _last_step(result, out_dir))
     finally:  # Ctrl-C or any error here: the trainer and the Ray processes it started go too
         watchdog.cancel()
         if process.poll() is None:
