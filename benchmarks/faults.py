@@ -14,6 +14,10 @@ run's files every 20 ms):
 - ``after-checkpoint``: when the tracker says 2;
 - ``resume-first-step``: the run killed after checkpoint 1, then its resume killed at its first
   policy-loss call, then resumed again.
+- ``worker``: not the demo but one of its Ray workers, the FSDP rank (``ray::WorkerDict``), killed
+  with SIGKILL as the tracker says 1; the demo must stop by itself: its exit code and seconds after
+  the kill, the one line naming the worker (and no traceback) in its output, the processes of the
+  run left when it exited.
 
 Per kill: whether it landed where named, the checkpoint verl's tracker names after it, the steps
 the killed run had logged beyond that checkpoint (lost), the processes of the run alive at the kill
@@ -42,7 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ESTIMATORS = ("reinforce_plus_plus_baseline", "reinforce_plus_plus")
-POINTS = ("checkpoint-write", "update", "rollout", "after-checkpoint", "resume-first-step")
+POINTS = ("checkpoint-write", "update", "rollout", "after-checkpoint", "resume-first-step", "worker")
 STEPS = 4
 RUN_LIMIT_S = 1800  # one demo, on a loaded 2-core machine
 GONE_LIMIT_S = 60
@@ -149,6 +153,41 @@ def kill(process: subprocess.Popen, out: Path, seen: dict[int, int]) -> dict:
             "guard": _read(out / "guard.log").strip().splitlines()[-1:]}
 
 
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").split(" ")[0]
+    except OSError:
+        return ""
+
+
+DEATH_LINE = "a Ray worker of the run ended"  # the demo's line (verl_rfpp.cpu.demo.worker_death)
+
+
+def kill_worker(process: subprocess.Popen, out: Path, seen: dict[int, int]) -> dict:
+    """SIGKILL one FSDP worker of the run (``ray::WorkerDict``), not the demo; wait for the demo to
+    end by itself: its exit code and the seconds after the kill, the processes of the run left
+    then, the demo's line naming the death, and whether its output holds a traceback."""
+    alive = {pid: start for pid, start in {**seen, **run_processes(out)}.items() if _start(pid) == start}
+    workers = sorted(pid for pid in alive if _title(pid).startswith("ray::WorkerDict"))
+    at_kill, killed_at = tracker(out), time.time()
+    os.kill(workers[0], signal.SIGKILL)
+    try:
+        code = process.wait(timeout=GONE_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        code = process.wait()
+    exit_s = time.time() - killed_at
+    left = {pid for pid, start in alive.items() if _start(pid) == start}
+    changed = [path.stat().st_mtime - killed_at for path in (out / "checkpoints").rglob("*")
+               if path.stat().st_mtime > killed_at]
+    output = _demo_output(out)
+    named = [line for line in output.splitlines() if DEATH_LINE in line]
+    return {"alive_at_kill": len(alive), "gone_s": round(exit_s, 3), "left": len(left), "exit": code,
+            "tracker_moved": tracker(out) != at_kill, "files_after_kill": len(changed),
+            "last_file_after_kill_s": round(max(changed), 3) if changed else None, "line": named[-1] if named else "",
+            "traceback": "Traceback" in output, "guard": _read(out / "guard.log").strip().splitlines()[-1:]}
+
+
 def digest_of(output: str) -> str:
     match = re.findall(r"Actor weights after step \d+: sha256 ([0-9a-f]{64})", output)
     return match[-1] if match else ""
@@ -203,6 +242,7 @@ def kill_at(out: Path, estimator: str, point: str, resumed: bool) -> dict:
         "checkpoint-write": lambda: _settled(out / "checkpoints" / "global_step_2" / "actor"),
         "after-checkpoint": lambda: tracker(out) == 2,
         "checkpoint-1": lambda: tracker(out) == 1,
+        "worker": lambda: tracker(out) == 1,
     }
     if not wait_for(conditions[point], process, out, seen):
         process.wait(timeout=RUN_LIMIT_S)
@@ -210,12 +250,15 @@ def kill_at(out: Path, estimator: str, point: str, resumed: bool) -> dict:
     if point == "rollout":
         time.sleep(0.3)
     advantages = trace_count(out, estimator)
-    record = {"point": point, "reached": True, **kill(process, out, seen)}
+    record = {"point": point, "reached": True,
+              **(kill_worker if point == "worker" else kill)(process, out, seen)}
     record["checkpoint"] = tracker(out)
     record["lost"] = [step for step in logged_steps(out) if step > (record["checkpoint"] or 0)]
     record["landed"] = {"rollout": advantages == 1, "update": record["checkpoint"] == 1,
                         "checkpoint-write": record["checkpoint"] == 1, "after-checkpoint": record["checkpoint"] == 2,
-                        "checkpoint-1": record["checkpoint"] == 1}[point]
+                        "checkpoint-1": record["checkpoint"] == 1,
+                        "worker": record["checkpoint"] == 1 and record.get("exit") == 1 and bool(record.get("line"))
+                        and not record.get("traceback") and not record["left"]}[point]
     return record
 
 
@@ -246,7 +289,9 @@ def cell(base: Path, estimator: str, point: str, ref: dict) -> dict:
 
 
 def table(records: list[dict]) -> str:
-    """One row per (estimator, kill point)."""
+    """One row per (estimator, kill point). ``worker``: "landed" is the demo's own end as it should
+    be (exit 1 after checkpoint 1, the one line, no traceback, no process of the run left), and
+    "all gone after" the seconds from the worker's kill to the demo's exit."""
     rows = ["| estimator | kill point | runs | landed where named | resumed to the identical digest and "
             "metrics.jsonl | completed steps lost | processes of the run at the kill | all gone after (s) | "
             "tracker moved after the kill | checkpoint files changed after the kill (latest, s) |",

@@ -269,3 +269,73 @@ def test_help_is_plain_text(capsys):
         assert cli.main([*command, "--help"]) == 0
         text = capsys.readouterr().out
         assert "usage: verl-rfpp" in text and "``" not in text
+
+
+# verl's driver output after a WorkerDict was killed with SIGKILL (a 2-rank demo, verl 0.9.1, abridged)
+ACTOR_DIED_LOG = """\x1b[36m(WorkerDict pid=4284)\x1b[0m Total steps: 2, num_warmup_steps: 0
+Error executing job with overrides: ['algorithm.adv_estimator=reinforce_plus_plus_baseline']
+Traceback (most recent call last):
+  File "verl/single_controller/ray/base.py", line 56, in __call__
+    output = ray.get(output)
+ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.
+\tclass_name: create_colocated_worker_cls.<locals>.WorkerDict
+\tactor_id: ce4256ec9c0373a43ef61cad01000000
+\tpid: 4284
+\tname: lQ7XlLWorkerDict_0:0
+The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR
+"""
+
+
+def test_ray_s_word_that_a_worker_died_names_it():
+    """A death the launcher's watch did not see (verl stopped first; a multi-node run's workers) is
+    read from Ray's error in verl's driver; an error of the driver's own is not a worker's death."""
+    log = ACTOR_DIED_LOG.splitlines(keepends=True)
+    death = launch._death_in_log(log, 1)
+    assert (death.pid, death.title, death.after_step) == (4284, "ray::WorkerDict", 1)
+    assert not launch._driver_failed(log)
+    own = ["Error executing job with overrides: []\n", "Traceback (most recent call last):\n", "KeyError: 'x'\n"]
+    assert launch._driver_failed(own) and launch._death_in_log(own, 1) is None
+
+
+def test_of_workers_gone_at_once_the_one_ray_s_error_names_is_the_one_that_died():
+    """Seen in a 2-rank run: the rank killed and the TransferQueueController gone in one look of
+    the watch; Ray's error in verl's driver names the rank."""
+    result = launch.RunResult(returncode=1, log=ACTOR_DIED_LOG.splitlines(keepends=True))
+    result.death = launch.WorkerDeath(1776, "ray::TransferQueueController", 1, 0.0, with_it=[(4284, "ray::WorkerDict")])
+    launch._name_death(result, 1)
+    assert (result.death.pid, result.death.title) == (4284, "ray::WorkerDict")
+    assert result.death.with_it == [(1776, "ray::TransferQueueController")]
+    unseen = launch.RunResult(returncode=1, log=result.log)  # verl stopped before the watch looked
+    launch._name_death(unseen, 1)
+    assert (unseen.death.pid, unseen.death.title, unseen.death.after_step) == (4284, "ray::WorkerDict", 1)
+
+
+def test_a_dead_worker_is_one_line_naming_it_and_how_to_resume(tmp_path):
+    """The demo's one line for a run stopped by a dead Ray worker: which worker, after which step,
+    how the run stopped, and the resume command with the run's own options (or why the folder
+    cannot resume); verl's traceback stays in verl.log."""
+    settings = {"--estimator": "reinforce_plus_plus_baseline", "--legacy": False, "--ranks": 2, "--nodes": 1,
+                "--seed": 0, "--multi-turn": False}
+    launch.write_run_settings(tmp_path, settings)
+    died = _result()
+    died.returncode, died.planned_steps, died.save_every = 1, 2, 1
+    died.log_path = tmp_path / "verl.log"
+    died.death = launch.WorkerDeath(4284, "ray::WorkerDict", 1, 0.0, seconds=7.25)
+    line = demo.checkpoint_failure(died, tmp_path)  # the demo prints this one line and exits 1
+    assert line == (f"a Ray worker of the run ended while verl trained (ray::WorkerDict pid 4284, after step 1 of 2); "
+                    f"verl's trainer stopped (exit 1), and no process of the run was left 7.2 s after; {tmp_path} "
+                    f"cannot resume: --resume continues from a checkpoint in {tmp_path / launch.CHECKPOINTS}, and "
+                    f"there is none; run with --save-every N first (same --out) (verl's log: {tmp_path / 'verl.log'})")
+    for name in ("actor", "data.pt"):
+        path = tmp_path / launch.CHECKPOINTS / "global_step_1" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    (tmp_path / launch.CHECKPOINTS / launch.TRACKER).write_text("1")
+    died.death.stopped_by_launcher = True
+    assert launch.resume_problem(tmp_path, 2, settings) is None
+    assert (f"verl did not stop within {launch.WORKER_GRACE_S:.0f} s, so the demo stopped the run, and no process of "
+            f"the run was left 7.2 s after; {tmp_path} resumes from the checkpoint of step 1: verl-rfpp demo --resume "
+            f"--out {tmp_path} --steps 2 --save-every 1 --ranks 2 (verl's log:"
+            ) in demo.checkpoint_failure(died, tmp_path)
+    died.returncode, died.death.stopped_by_launcher = 0, False  # workers that end as verl ends a run: no death
+    assert demo.checkpoint_failure(died, tmp_path) is None

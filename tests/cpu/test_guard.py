@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -111,3 +112,68 @@ def test_a_reused_pid_is_not_taken_for_a_process_of_the_run():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+# A "trainer" whose children carry Ray workers' titles (``exec -a``: argv[0] is what ``ps`` shows).
+WORKERS = """
+import subprocess, sys, time
+for title in ("ray::WorkerDict.update_actor", "ray::IDLE", "ray::HFRolloutServer"):
+    subprocess.Popen(["bash", "-c", f"exec -a {title} sleep 600"], process_group=0)
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def _workers_trainer() -> tuple[subprocess.Popen, dict[str, int]]:
+    trainer = subprocess.Popen([sys.executable, "-c", WORKERS], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    trainer.stdout.readline()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        titles = {guard.title(pid): pid for pid in guard.members({trainer.pid}, {})}
+        if {"ray::WorkerDict.update_actor", "ray::IDLE", "ray::HFRolloutServer"} <= set(titles):
+            return trainer, titles
+        time.sleep(0.05)
+    raise AssertionError(titles)
+
+
+def test_the_watch_names_the_first_ray_worker_that_ends_and_not_an_idle_one():
+    trainer, titles = _workers_trainer()
+    try:
+        watch = guard.WorkerWatch(trainer.pid)
+        assert watch.poll() == [] and len(watch.watched) == 2  # the idle worker is not watched
+        os.kill(titles["ray::IDLE"], signal.SIGKILL)
+        time.sleep(0.2)
+        assert watch.poll() == []
+        os.kill(titles["ray::WorkerDict.update_actor"], signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while not (gone := watch.poll()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gone == [(titles["ray::WorkerDict.update_actor"], "ray::WorkerDict")]
+    finally:
+        guard.reap({trainer.pid}, {})
+        trainer.wait()
+
+
+def test_a_trainer_that_waits_on_a_dead_worker_is_stopped_after_the_grace(monkeypatch, tmp_path):
+    """A driver left waiting for ever on a dead actor: the launcher's watch gives it
+    ``WORKER_GRACE_S``, then kills every process of its session."""
+    from verl_rfpp.cpu import launch
+
+    monkeypatch.setattr(launch, "WORKER_GRACE_S", 1.0)
+    trainer, titles = _workers_trainer()
+    result = launch.RunResult(returncode=-1, planned_steps=2)
+    try:
+        watching = threading.Thread(target=launch._watch_workers, args=(trainer, result, 2, tmp_path), daemon=True)
+        watching.start()
+        time.sleep(1.0)  # the watch has read the session
+        os.kill(titles["ray::HFRolloutServer"], signal.SIGKILL)
+        started = time.monotonic()
+        watching.join(timeout=10)
+        assert trainer.wait(timeout=5) == -signal.SIGKILL and time.monotonic() - started < 5
+        assert (result.death.pid, result.death.title, result.death.after_step) == (
+            titles["ray::HFRolloutServer"], "ray::HFRolloutServer", 0)
+        assert result.death.stopped_by_launcher and guard.members({trainer.pid}, {}) == set()
+    finally:
+        guard.reap({trainer.pid}, {})
+        trainer.wait()

@@ -3,13 +3,23 @@ a verdict (PASS or FAIL, and why), all from the run's console metrics and its tr
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from verl_rfpp import catalog
 from verl_rfpp.cpu import cluster, trace
-from verl_rfpp.cpu.launch import CHECKPOINTS, METRICS, RunResult, saved_step
+from verl_rfpp.cpu.launch import (
+    CHECKPOINTS,
+    METRICS,
+    RUN_SETTINGS,
+    WORKER_GRACE_S,
+    RunResult,
+    resume_problem,
+    saved_step,
+)
 
 REWARD = "critic/score/mean"
 KL_LOSS = "actor/kl_loss"
@@ -118,7 +128,12 @@ def judge(estimator: str, result: RunResult, steps: int, ranks: int = 1) -> Verd
 def checkpoint_failure(result: RunResult, out_dir: Path) -> Optional[str]:
     """What to tell a person whose run stopped because verl could not write a checkpoint in
     ``out_dir`` (its decisive error names a path under ``out_dir/checkpoints``: a read-only or
-    full folder), in one line with the checkpoint that stays intact; ``None`` for any other end."""
+    full folder), in one line with the checkpoint that stays intact; for a run stopped by the death
+    of one of its Ray workers, ``worker_death``'s line; ``None`` for any other end (the demo prints
+    the line instead of verl's last log lines)."""
+    died = worker_death(result, out_dir)
+    if died:
+        return died
     checkpoints = Path(out_dir).resolve() / CHECKPOINTS
     error = cluster.last_error("".join(result.log)) if result.returncode != 0 and not result.timed_out else None
     if not error or str(checkpoints) not in error:
@@ -127,6 +142,45 @@ def checkpoint_failure(result: RunResult, out_dir: Path) -> Optional[str]:
     kept = (f"the checkpoint of step {step} is intact: make {checkpoints} writable and continue with --resume --out "
             f"{out_dir}" if step is not None else "no checkpoint was saved before it")
     return f"verl could not write a checkpoint in {checkpoints} ({error}); {kept}"
+
+
+DEMO_DEFAULTS = {"--estimator": catalog.REINFORCE_PLUS_PLUS_BASELINE.name, "--legacy": False, "--ranks": 1,
+                 "--nodes": 1, "--seed": 0, "--multi-turn": False}  # the command line's, for RUN_SETTINGS' keys
+
+
+def resume_hint(result: RunResult, out_dir: Path) -> str:
+    """How the run in ``out_dir`` continues after it stopped: the ``demo --resume`` command (the
+    options that decide the run, from its ``RUN_SETTINGS``), or why the folder cannot resume."""
+    out_dir = Path(out_dir).resolve()
+    try:
+        settings = json.loads((out_dir / RUN_SETTINGS).read_text())
+    except (OSError, ValueError):
+        settings = {}
+    problem = resume_problem(out_dir, result.planned_steps, settings)
+    if problem:
+        return f"{out_dir} cannot resume: {problem}"
+    options = [f"--steps {result.planned_steps}"] + ([f"--save-every {result.save_every}"] if result.save_every else [])
+    options += [name if value is True else f"{name} {value}" for name, value in sorted(settings.items())
+                if value != DEMO_DEFAULTS.get(name) and value is not False]
+    return (f"{out_dir} resumes from the checkpoint of step {saved_step(out_dir)}: verl-rfpp demo --resume --out "
+            f"{out_dir} {' '.join(options)}")
+
+
+def worker_death(result: RunResult, out_dir: Path) -> Optional[str]:
+    """What to tell a person whose run stopped because a Ray worker of it ended (killed, crashed,
+    the OOM killer) while verl trained, in one line: which worker, during which step, how the run
+    stopped and how long after, then how to resume (``resume_hint``); ``None`` for any other end.
+    verl's traceback stays in its log."""
+    death = result.death
+    if death is None or (result.returncode == 0 and not death.stopped_by_launcher):
+        return None
+    next_step = resume_hint(result, out_dir)
+    how = (f"verl did not stop within {WORKER_GRACE_S:.0f} s, so the demo stopped the run"
+           if death.stopped_by_launcher else f"verl's trainer stopped (exit {result.returncode})")
+    where = f" (verl's log: {result.log_path})" if result.log_path else ""
+    when = f"after step {death.after_step} of {result.planned_steps}" if death.after_step else "before step 1's end"
+    return (f"a Ray worker of the run ended while verl trained ({death.title} pid {death.pid}, {when}); {how}, "
+            f"and no process of the run was left {death.seconds:.1f} s after; {next_step}{where}")
 
 
 def judge_nodes(result: RunResult, nodes: int, verdict: Verdict) -> None:

@@ -109,6 +109,61 @@ def watch(log_path: str) -> None:
         log.write(f"launcher ended at {ended:.3f}; killed {killed} processes of the run, {outcome}\n")
 
 
+IDLE = "ray::IDLE"  # the title of a Ray worker with no actor and no task (Ray may end it at any time)
+
+
+def title(pid: int) -> Optional[str]:
+    """The first word of ``pid``'s command line (a Ray worker's process title:
+    ``ray::WorkerDict.update_actor``), ``""`` if it has none, ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            words = file.read().replace(b"\0", b" ").split()
+    except OSError:
+        return None
+    return words[0].decode(errors="replace") if words else ""
+
+
+class WorkerWatch:
+    """The Ray workers of session ``sid`` that hold an actor or a task (title ``ray::Name...``,
+    not ``IDLE``): ``poll()`` returns ``[(pid, title), ...]`` of those seen gone since the last poll
+    (ended, a zombie, or its pid reused; several at once when Ray ends actors with the one that
+    died). The session is read every ``rescan_s`` (new workers); the watched pids every poll (a
+    few ``/proc`` reads). A worker seen back to ``IDLE`` is dropped (Ray ends idle workers when it
+    likes)."""
+
+    def __init__(self, sid: int, rescan_s: float = 3.0):
+        self.sid = sid
+        self.rescan_s = rescan_s
+        self.watched: dict[int, tuple[int, str]] = {}  # pid -> (start time, title without the method)
+        self._scanned = float("-inf")
+
+    def _see(self, pid: int, start: int) -> bool:
+        """Record ``pid``'s current title; ``False`` if it is gone or idle."""
+        name = title(pid)
+        if name is None or name == IDLE or not name.startswith("ray::"):
+            self.watched.pop(pid, None)
+            return name is not None
+        self.watched[pid] = (start, name.split(".", 1)[0])
+        return True
+
+    def poll(self) -> list[tuple[int, str]]:
+        gone = []
+        for pid, (start, name) in list(self.watched.items()):
+            found = _stat(pid)
+            if found is None or found[2] != start or found[3] in "ZX" or not self._see(pid, start):
+                gone.append((pid, name))
+                self.watched.pop(pid, None)
+        if gone:
+            return gone
+        if time.monotonic() - self._scanned >= self.rescan_s:
+            self._scanned = time.monotonic()
+            for pid in members({self.sid}, {}) - set(self.watched):
+                found = _stat(pid)
+                if found:
+                    self._see(pid, found[2])
+        return []
+
+
 class Guard:
     """The launcher's side: ``with Guard(log) as guard: guard.session(pid)`` (the pipe closes on
     leaving the block, or when the launcher dies; either way the run's processes are killed)."""

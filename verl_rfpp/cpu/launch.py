@@ -380,6 +380,89 @@ def _die_with(parent: int) -> Optional[Callable[[], None]]:
     return arm
 
 
+WORKER_GRACE_S = 20.0  # after a worker of the run ended, verl's trainer has this long to stop by itself
+WATCH_S = 0.25  # how often the launcher looks at the run's workers
+
+
+@dataclass
+class WorkerDeath:
+    """A Ray worker of the run (an actor's or a task's process) that ended while verl trained:
+    its title (``ray::WorkerDict``) and pid, the last step verl had logged or checkpointed when it
+    was seen gone (0: none), whether verl stopped by itself
+    within ``WORKER_GRACE_S`` (else the launcher stopped the run), and the seconds from the death
+    seen to the end of the run (every process of it gone: ``run`` returned)."""
+
+    pid: int
+    title: str
+    after_step: int
+    seen: float  # time.monotonic()
+    stopped_by_launcher: bool = False
+    seconds: float = 0.0
+    with_it: list = field(default_factory=list)  # (pid, title) of the workers seen gone in the same look
+
+
+# Ray's errors for a call on an actor or a task whose worker process ended
+DEATH_ERRORS = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "ActorUnavailableError", "NodeDiedError")
+
+
+def _driver_failed(log: Sequence[str]) -> bool:
+    """verl's driver reported an error of its own (not Ray's word that a worker died; an actor's
+    lines, prefixed ``(Name pid=N)``, aside): workers that end after it are its shutdown, not the cause."""
+    return (any(line.startswith(("Traceback", "Error executing job")) for line in log)
+            and not any(name in line for line in log for name in DEATH_ERRORS))
+
+
+def _death_in_log(log: Sequence[str], after_step: int) -> Optional[WorkerDeath]:
+    """The worker Ray's error in verl's driver names (``ActorDiedError: ...``, then ``class_name:``
+    and ``pid:`` lines), for a death the watch did not see (verl stopped first, or the worker ran
+    outside the trainer's session: a multi-node run's)."""
+    text = "".join(line for line in log if not re.sub(r"\x1b\[[0-9;]*m", "", line).startswith("("))
+    match = re.search(rf"(?:{'|'.join(DEATH_ERRORS)})\b.*?class_name: ([\w.<>]+)\s.*?pid: (\d+)", text, re.S)
+    if not match:
+        return None
+    return WorkerDeath(int(match[2]), "ray::" + match[1].rsplit(".", 1)[-1], after_step, time.monotonic())
+
+
+def _name_death(result: RunResult, last_step: int) -> None:
+    """After the trainer ended: a death the watch did not see is taken from Ray's error in verl's
+    log (``_death_in_log``); of several workers seen gone in one look (one that died and those Ray
+    ended with it: a 2-rank run's ``TransferQueueController`` with its ``WorkerDict``), the one
+    Ray's error names is the one that died."""
+    named = _death_in_log(result.log, last_step) if result.returncode != 0 else None
+    if result.death is None and not result.timed_out:
+        result.death = named
+    elif result.death and named and any(pid == named.pid for pid, _ in result.death.with_it):
+        result.death.with_it = [(p, t) for p, t in result.death.with_it if p != named.pid]
+        result.death.with_it.append((result.death.pid, result.death.title))
+        result.death.pid, result.death.title = named.pid, named.title
+
+
+def _last_step(result: RunResult, out_dir: Path) -> int:
+    """The last step of the run logged or checkpointed (a step's checkpoint and weight sync come
+    before its console line); 0 before the first."""
+    return max(max(result.steps, default=0), saved_step(out_dir) or 0)
+
+
+def _watch_workers(process: subprocess.Popen, result: RunResult, steps: int, out_dir: Path) -> None:
+    """Until the trainer ends: the first Ray worker of its session that ends before the last step
+    was logged (and before verl's driver reported an error) is ``result.death``; verl then has
+    ``WORKER_GRACE_S`` to stop, after which every process of the session is killed (a driver
+    left waiting on a dead actor, or a rank on a dead peer, would wait for ever)."""
+    workers = guard.WorkerWatch(process.pid)
+    while process.poll() is None:
+        gone = workers.poll()
+        if gone and max(result.steps, default=0) < steps and not _driver_failed(result.log):
+            (pid, title), *others = gone
+            result.death = WorkerDeath(pid, title, _last_step(result, out_dir), time.monotonic(), with_it=others)
+            while process.poll() is None and time.monotonic() - result.death.seen < WORKER_GRACE_S:
+                time.sleep(0.1)
+            if process.poll() is None:
+                result.death.stopped_by_launcher = True
+                guard.reap({process.pid}, {})
+            return
+        time.sleep(WATCH_S)
+
+
 @dataclass
 class RunResult:
     """What one CPU run of verl showed: exit code, per-step metrics, the trace, the driver pid."""
@@ -396,6 +479,9 @@ class RunResult:
     node_of_pid: dict[int, str] = field(default_factory=dict)  # every actor's pid -> its Ray node id
     digests: dict[int, str] = field(default_factory=dict)  # trainer step -> sha256 of the weights after it
     metrics: dict[int, dict] = field(default_factory=dict)  # step -> metrics.jsonl's line (full precision)
+    death: Optional[WorkerDeath] = None  # a Ray worker of the run that ended while verl trained
+    planned_steps: int = 0  # the run's --steps (a resumed run's: its last step)
+    save_every: Optional[int] = None
 
     @property
     def digest(self) -> str:
@@ -428,7 +514,8 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
     added to node ``i``'s environment), started before verl and stopped after it, whatever happens.
     Every step's metrics end in ``out_dir/metrics.jsonl`` and ``timing.jsonl`` (``write_metrics``).
     Nothing of the run outlives the calling process (``guard``: killed, however it ends; its line
-    in ``out_dir/guard.log``)."""
+    in ``out_dir/guard.log``). A Ray worker of the run that ends while verl trains is
+    ``result.death``; verl has ``WORKER_GRACE_S`` to stop, then the run is killed (``_watch_workers``)."""
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     with guard.Guard(out_dir / GUARD_LOG) as watch:
@@ -438,20 +525,24 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
             # paths are short)
             with tempfile.TemporaryDirectory(prefix="rfpp-ray-", dir="/tmp", ignore_cleanup_errors=True) as ray_tmp:
                 os.makedirs(os.path.join(ray_tmp, "ray"))
-                return _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers,
-                            assets_dir, multi_turn, on_step, extra_overrides=extra_overrides,
-                            extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})}, save_every=save_every,
-                            resume=resume)
-        env = trainer_environment(Path(out_dir).resolve(), ours)
-        changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
-        with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed, node_env=node_env) as ray_cluster:
-            for pid in ray_cluster.processes():
-                watch.pid(pid)
-            result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers,
-                          assets_dir, multi_turn, on_step, nodes, ray_cluster.address, extra_overrides, extra_env,
-                          save_every, resume, example)
-            result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
-        return result
+                result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers,
+                              assets_dir, multi_turn, on_step, extra_overrides=extra_overrides,
+                              extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})}, save_every=save_every,
+                              resume=resume)
+        else:
+            env = trainer_environment(Path(out_dir).resolve(), ours)
+            changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
+            with cluster.LocalCluster(nodes=nodes, num_cpus=8, num_gpus=1, env=changed,
+                                      node_env=node_env) as ray_cluster:
+                for pid in ray_cluster.processes():
+                    watch.pid(pid)
+                result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers,
+                              assets_dir, multi_turn, on_step, nodes, ray_cluster.address, extra_overrides,
+                              extra_env, save_every, resume, example)
+                result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
+    if result.death is not None:  # the guard has killed what was left of the run
+        result.death.seconds = time.monotonic() - result.death.seen
+    return result
 
 
 def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
@@ -465,7 +556,7 @@ def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, o
     if resume:  # the steps of a run killed before it split its metrics (write_metrics) are kept
         write_metrics(out_dir, resumed=True)
     Path(env["VERL_FILE_LOGGER_PATH"]).unlink(missing_ok=True)
-    result = RunResult(returncode=-1, log_path=out_dir / "verl.log")
+    result = RunResult(returncode=-1, log_path=out_dir / "verl.log", planned_steps=steps, save_every=save_every)
     started = time.monotonic()
     # A session of its own: the guard kills it (and what it started elsewhere) when this process ends.
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -478,6 +569,7 @@ def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, o
 
     watchdog = threading.Timer(timeout, kill)
     watchdog.start()
+    threading.Thread(target=_watch_workers, args=(process, result, steps, out_dir), daemon=True).start()
     assert process.stdout is not None
     try:
         with open(result.log_path, "w", buffering=1) as log_file:
@@ -491,6 +583,7 @@ def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, o
                 if parsed and on_step:
                     on_step(*parsed)
         result.returncode = process.wait()
+        _name_death(result, _last_step(result, out_dir))
     finally:  # Ctrl-C or any error here: the trainer and the Ray processes it started go too
         watchdog.cancel()
         if process.poll() is None:

@@ -1,0 +1,85 @@
+"""A dead worker is loud and prompt (issue 41 item 3): one Ray worker of a running ``verl-rfpp
+demo`` (an FSDP rank, ``ray::WorkerDict``) killed with SIGKILL after the checkpoint of step 1. The
+demo exits 1 within ``DEATH_BOUND_S``, prints one line naming the worker and the resume command,
+and no traceback; no process of the run is left (counted as benchmarks/faults.py counts: every
+process whose environment names the run's trace file); the folder resumes (``resume_problem``).
+1 and 2 ranks, each the shortest run with a checkpoint: ``--steps 2 --save-every 1``.
+The kill matrix with other workers and points is benchmarks/faults.py (``--points worker``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from verl_rfpp.cpu import launch
+
+pytestmark = pytest.mark.e2e
+
+# kill -> the demo has exited and every process of the run is gone: the watch's poll (0.5 s), verl's
+# grace (WORKER_GRACE_S: it stops by itself in 6-11 s here, or is stopped then), the guard's reap
+DEATH_BOUND_S = launch.WORKER_GRACE_S + 10
+
+
+def _run_processes(out: Path) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("VERL_RFPP_TRACE") == str(out / "trace.txt") and \
+                    process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _title(process: psutil.Process) -> str:
+    try:
+        return (process.cmdline() or [""])[0]
+    except psutil.Error:
+        return ""
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_dead_worker_stops_the_demo_in_one_line_and_leaves_it_resumable(tmp_path, ranks):
+    out, printed = tmp_path / "run", tmp_path / "demo.out"
+    with open(printed, "w") as stdout:
+        demo = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "demo", "--steps", "2", "--save-every",
+                                 "1", "--ranks", str(ranks), "--out", str(out)], stdout=stdout,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 900
+        while launch.saved_step(out) != 1 and demo.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert demo.poll() is None and launch.saved_step(out) == 1, printed.read_text()
+        workers = [p for p in _run_processes(out) if _title(p).startswith("ray::WorkerDict")]
+        assert len(workers) == ranks, [_title(p) for p in _run_processes(out)]
+        victim = workers[0]
+        victim.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        code = demo.wait(timeout=DEATH_BOUND_S)
+        exited_s = time.monotonic() - killed
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+    left = _run_processes(out)
+    text = printed.read_text()
+    print(f"{ranks} rank(s): exit {code} {exited_s:.1f} s after the kill; {len(left)} processes left")
+    assert code == 1 and exited_s < DEATH_BOUND_S, text
+    assert not left, [(p.pid, _title(p)) for p in left]
+    named = [line for line in text.splitlines() if "a Ray worker of the run ended" in line]
+    assert len(named) == 1, text
+    resume = f"verl-rfpp demo --resume --out {out} --steps 2 --save-every 1" + (" --ranks 2" if ranks == 2 else "")
+    assert f"(ray::WorkerDict pid {victim.pid}, after step 1 of 2)" in named[0], named[0]
+    assert f"{out} resumes from the checkpoint of step 1: {resume} (verl's log:" in named[0], named[0]
+    assert "Traceback" not in text and "Error" not in text, text  # verl's traceback is in verl.log only
+    settings = json.loads((out / launch.RUN_SETTINGS).read_text())
+    assert launch.resume_problem(out, 2, settings) is None
