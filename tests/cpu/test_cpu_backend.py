@@ -75,7 +75,7 @@ def test_excluded_plugin_stays_out_although_the_cpu_backend_loads():
         " c.ADV_ESTIMATOR_REGISTRY['reinforce_plus_plus_baseline'].__module__)\n"
     )
     for ours, expected in ((False, "True False verl.trainer.ppo.core_algos verl.trainer.ppo.core_algos"),
-                           (True, "True True verl_rfpp.plugin verl_rfpp.plugin")):
+                           (True, "True True verl_rfpp.adapter.registries verl_rfpp.adapter.registries")):
         env = launch.trainer_environment(launch.Path("/tmp"), ours=ours)
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
         assert result.returncode == 0, result.stderr
