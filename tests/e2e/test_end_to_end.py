@@ -53,7 +53,7 @@ def _common_checks(result, estimator, steps, ranks, loss_calls=1, rows=None):
     registry = trace.lines_of(result.trace, "metrics")
     assert len(registry) == steps
     assert {(f["reinforce_plus_plus"], f["reinforce_plus_plus_baseline"]) for f in registry} == {
-        ("verl_rfpp.plugin", "verl_rfpp.plugin")}
+        ("verl_rfpp.adapter.registries", "verl_rfpp.adapter.registries")}
     return per_step
 
 
