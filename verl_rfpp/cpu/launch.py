@@ -425,13 +425,13 @@ def _death_in_log(log: Sequence[str], after_step: int) -> Optional[WorkerDeath]:
 
 def _name_death(result: RunResult, last_step: int) -> None:
     """After the trainer ended: a death the watch did not see is taken from Ray's error in verl's
-    log (``_death_in_log``); of several workers seen gone in one look (one that died and those Ray
-    ended with it: a 2-rank run's ``TransferQueueController`` with its ``WorkerDict``), the one
-    Ray's error names is the one that died."""
+    log (``_death_in_log``); when Ray's error names a worker, that one died, whatever the watch saw
+    end first (those Ray ended with it: a 2-rank run's ``TransferQueueController``; or, on a loaded
+    machine, verl's ``TaskRunnerV1`` ending on the error before the watch looked at the dead worker)."""
     named = _death_in_log(result.log, last_step) if result.returncode != 0 else None
     if result.death is None and not result.timed_out:
         result.death = named
-    elif result.death and named and any(pid == named.pid for pid, _ in result.death.with_it):
+    elif result.death and named and named.pid != result.death.pid:
         result.death.with_it = [(p, t) for p, t in result.death.with_it if p != named.pid]
         result.death.with_it.append((result.death.pid, result.death.title))
         result.death.pid, result.death.title = named.pid, named.title
