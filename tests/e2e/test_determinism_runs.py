@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support.trainer_runs import two_output_run
+from support.trainer_runs import run_processes, two_output_run
 
 from verl_rfpp.cpu import launch
 from verl_rfpp.tools import cli
@@ -68,20 +68,6 @@ class KilledRun:
     written_after: list
 
 
-def _run_processes(out: Path) -> list[psutil.Process]:
-    """The live processes whose environment names ``out``'s trace file: the trainer, the Ray
-    processes it started, its workers and servers (they inherit the trainer's environment)."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("VERL_RFPP_TRACE") == str(out / "trace.txt") and \
-                    process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
 def _kill_demo(arguments: list[str], out: Path, ready) -> KilledRun:
     """``verl-rfpp demo ARGUMENTS --out OUT`` in a process group of its own, killed with SIGKILL
     (the group: the launcher; the trainer runs in a session of its own) once ``ready()``."""
@@ -93,7 +79,7 @@ def _kill_demo(arguments: list[str], out: Path, ready) -> KilledRun:
         while not ready() and demo.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert demo.poll() is None, printed.read_text()
-        alive = _run_processes(out)
+        alive = run_processes(out)
         at_kill, killed_at = launch.saved_step(out), time.time()
         os.killpg(demo.pid, signal.SIGKILL)
         demo.wait()

@@ -14,10 +14,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
+from support.trainer_runs import run_processes
 
 from verl_rfpp.cpu import launch
 
@@ -26,18 +26,6 @@ pytestmark = pytest.mark.e2e
 # kill -> the demo has exited and every process of the run is gone: the watch's poll (0.5 s), verl's
 # grace (WORKER_GRACE_S: it stops by itself in 6-11 s here, or is stopped then), the guard's reap
 DEATH_BOUND_S = launch.WORKER_GRACE_S + 10
-
-
-def _run_processes(out: Path) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("VERL_RFPP_TRACE") == str(out / "trace.txt") and \
-                    process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 def _title(process: psutil.Process) -> str:
@@ -59,8 +47,8 @@ def test_a_dead_worker_stops_the_demo_in_one_line_and_leaves_it_resumable(tmp_pa
         while launch.saved_step(out) != 1 and demo.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert demo.poll() is None and launch.saved_step(out) == 1, printed.read_text()
-        workers = [p for p in _run_processes(out) if _title(p).startswith("ray::WorkerDict")]
-        assert len(workers) == ranks, [_title(p) for p in _run_processes(out)]
+        workers = [p for p in run_processes(out) if _title(p).startswith("ray::WorkerDict")]
+        assert len(workers) == ranks, [_title(p) for p in run_processes(out)]
         victim = workers[0]
         victim.send_signal(signal.SIGKILL)
         killed = time.monotonic()
@@ -70,7 +58,7 @@ def test_a_dead_worker_stops_the_demo_in_one_line_and_leaves_it_resumable(tmp_pa
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
-    left = _run_processes(out)
+    left = run_processes(out)
     text = printed.read_text()
     print(f"{ranks} rank(s): exit {code} {exited_s:.1f} s after the kill; {len(left)} processes left")
     assert code == 1 and exited_s < DEATH_BOUND_S, text

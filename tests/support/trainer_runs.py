@@ -1,12 +1,14 @@
 """verl trainer runs that more than one test module reads (each run takes one to two minutes of
 start-up; the modules' assertions share it). Session-scoped fixtures, imported by conftest.py;
-only e2e tests take them."""
+only e2e tests take them. ``run_processes``: the live processes of one run, for the tests that
+kill a run and count what is left."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -43,3 +45,17 @@ def v1_two_output_run(tmp_path_factory) -> TwoOutputRun:
     """``two_output_run``: read by tests/e2e/test_end_to_end.py (the v1 trainer on 2 ranks),
     tests/e2e/test_sessions_runs.py (contract 3.7) and tests/e2e/test_determinism_runs.py (the same run again)."""
     return two_output_run(tmp_path_factory.mktemp("v1-two-outputs"))
+
+
+def run_processes(out: Path) -> list[psutil.Process]:
+    """The live processes whose environment names ``out``'s trace file: the trainer, the Ray
+    processes it started, its workers and servers (they inherit the trainer's environment)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("VERL_RFPP_TRACE") == str(out / "trace.txt") and \
+                    process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
