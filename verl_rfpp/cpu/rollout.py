@@ -57,7 +57,7 @@ class HFRolloutServer:
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
-        self.seed = seed
+        self.seed, self.model_path = seed, model_path
         self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32,
                                                           attn_implementation="sdpa").eval()
         self.prompt_length, self.response_length = prompt_length, response_length
@@ -86,6 +86,29 @@ class HFRolloutServer:
         with torch.no_grad():
             probs = [torch.softmax(self.model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1).tolist()
                      for ids in prompts]
+        return self.global_steps, probs
+
+    def counterfactual_probs(self, prompts: list[list[int]],
+                             rows: list[int]) -> tuple[int, dict[str, list[list[float]]]]:
+        """``(global_steps, {"rows_reset": ..., "shared_reset": ...})``: ``next_token_probs`` of two
+        models mixed from the loaded weights and the start's (``model_path``): the loaded weights with
+        the input-embedding ``rows`` at their start values, and the start weights with those rows at
+        their loaded values. Reads only: the loaded model and every random stream are left as they were."""
+        import copy
+
+        from transformers import AutoModelForCausalLM
+
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            if getattr(self, "_start_model", None) is None:
+                self._start_model = AutoModelForCausalLM.from_pretrained(
+                    self.model_path, torch_dtype=torch.float32, attn_implementation="sdpa").eval()
+            index = torch.tensor(rows, dtype=torch.long)
+            rows_reset, shared_reset = copy.deepcopy(self.model), copy.deepcopy(self._start_model)
+            rows_reset.get_input_embeddings().weight[index] = self._start_model.get_input_embeddings().weight[index]
+            shared_reset.get_input_embeddings().weight[index] = self.model.get_input_embeddings().weight[index]
+            probs = {name: [torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1)
+                            .tolist() for ids in prompts]
+                     for name, model in (("rows_reset", rows_reset), ("shared_reset", shared_reset))}
         return self.global_steps, probs
 
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],

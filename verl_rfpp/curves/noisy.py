@@ -17,11 +17,15 @@ QUICK = {"steps": 1, "seeds": 1, "methods": ("ours_baseline",)}  # a smoke run: 
 
 
 def noisy_problem(args) -> Optional[str]:
-    """Why ``curves --task noisy`` refuses these arguments (unknown methods, a learning rate not
-    above 0, a negative noise std), or None."""
+    """Why ``curves --task noisy`` refuses these arguments (unknown methods, no learning rate for
+    the optimizer, a learning rate not above 0, a negative noise std), or None."""
     if unknown := method_problem(args.methods):
         return unknown
-    lrs = tuple(args.lrs) if args.lrs else (noisy_task.DESIGNS[args.design].lr,)
+    design = noisy_task.DESIGNS[args.design]
+    if not args.lrs and design.lr_of(args.optimizer) is None:
+        return (f"verl-rfpp curves --task noisy: design {design.key} has no chosen --optimizer {args.optimizer} "
+                "learning rate; give one with --lrs")
+    lrs = tuple(args.lrs) if args.lrs else (design.lr_of(args.optimizer),)
     if not (lrs and all(lr > 0 for lr in lrs) and args.noise_std >= 0):  # --steps, --seeds: at parse time
         return (f"verl-rfpp curves --task noisy: every --lrs value {list(lrs)} must be positive and --noise-std "
                 f"{args.noise_std} non-negative")
@@ -38,20 +42,24 @@ def noisy_command(args, echo: Callable[[str], None]) -> int:
     out, design = Path(args.out), noisy_task.DESIGNS[args.design]
     methods = methods_of(tuple(args.methods) if args.methods else QUICK["methods"] if args.quick else design.methods)
     steps, seeds = (QUICK["steps"], QUICK["seeds"]) if args.quick else (args.steps, args.seeds)
-    lrs = tuple(args.lrs) if args.lrs else (design.lr,)
+    optimizer = args.optimizer
+    lrs = tuple(args.lrs) if args.lrs else (design.lr_of(optimizer),)
     echo(f"verl-rfpp curves --task noisy --design {design.key}: {len(methods)} methods x {seeds} seeds x {steps} "
-         f"steps x lr {', '.join(f'{lr:g}' for lr in lrs)}, reward noise std {args.noise_std:g}; "
+         f"steps x {optimizer} lr {', '.join(f'{lr:g}' for lr in lrs)}, reward noise std {args.noise_std:g}; "
          f"runs in {out / 'runs'}")
-    train_all(out, design, steps, seeds, lrs, methods, args.noise_std, progress=echo)
+    train_all(out, design, steps, seeds, lrs, methods, args.noise_std, progress=echo, optimizer=optimizer)
     control: tuple[dict, ...] = ()
     if args.control:
         train_all(out, design, steps, args.control, lrs,
-                methods if args.methods else methods_of(design.control_methods), 0.0, progress=echo)
-        control = tuple(finished(out, design, steps, lrs, 0.0))
+                methods if args.methods else methods_of(design.control_methods), 0.0, progress=echo,
+                optimizer=optimizer)
+        control = tuple(finished(out, design, steps, lrs, 0.0, optimizer))
     spec = noisy_task.build_assets(assets_dir(out, design), design)
-    noisy_report.write_noisy_report(out, finished(out, design, steps, lrs, args.noise_std), spec, control=control)
-    report_md, results_json = (out / noisy_report.output_name(design.key, name)
+    noisy_report.write_noisy_report(out, finished(out, design, steps, lrs, args.noise_std, optimizer), spec,
+                                    control=control)
+    report_md, results_json = (out / noisy_report.output_name(design.key, name, optimizer)
                                for name in ("report.md", "results.json"))
     echo(report_md.read_text())
-    echo(f"written: {report_md}, {results_json}, {out}/{noisy_report.output_name(design.key, 'nois*_lr*.png')}")
+    echo(f"written: {report_md}, {results_json}, "
+         f"{out}/{noisy_report.output_name(design.key, 'nois*_lr*.png', optimizer)}")
     return 0

@@ -16,15 +16,20 @@ from verl_rfpp.curves.runs import METHODS, CurvesError, Method, proof, read_even
 NOISE_STD = 0.1
 
 
+def optimizer_of(record: dict) -> str:
+    """A run's optimizer (runs made before ``--optimizer`` existed were AdamW's)."""
+    return record.get("optimizer", "adamw")
+
+
 def methods_of(keys: tuple[str, ...]) -> tuple[Method, ...]:
     """The ``Method`` records of ``keys``, in that order."""
     return tuple(m for key in keys for m in METHODS if m.key == key)
 
 
-def overrides(paths: dict, spec: dict, lr: float, design: noisy_task.Design) -> list[str]:
+def overrides(paths: dict, spec: dict, lr: float, design: noisy_task.Design, optimizer: str = "adamw") -> list[str]:
     """What the noisy task changes in the CPU backend's run (applied after it: Hydra keeps the last
     value): its data in order, its model, its reward function, one-token responses, the design's
-    batch (prompts x samples, one mini-batch and one micro-batch), the lr."""
+    batch (prompts x samples, one mini-batch and one micro-batch), the lr and the optimizer."""
     rows = design.prompts_per_step * design.samples
     return [
         f"data.train_files={paths['train']}",
@@ -41,22 +46,26 @@ def overrides(paths: dict, spec: dict, lr: float, design: noisy_task.Design) -> 
         f"reward.custom_reward_function.path={Path(noisy_reward.__file__).resolve()}",
         f"reward.custom_reward_function.name={noisy_reward.noisy_score.__name__}",
         f"actor_rollout_ref.actor.optim.lr={lr}",
+        *noisy_task.OPTIMIZERS[optimizer],
     ]
 
 
-def run_dir(out: Path, design: noisy_task.Design, method: Method, lr: float, noise_std: float, seed: int) -> Path:
-    """Where one run lives under ``--out``."""
-    return out / "runs" / f"{design.key}_{method.key}_lr{lr:g}_noise{noise_std:g}_seed{seed}"
+def run_dir(out: Path, design: noisy_task.Design, method: Method, lr: float, noise_std: float, seed: int,
+            optimizer: str = "adamw") -> Path:
+    """Where one run lives under ``--out`` (an optimizer other than AdamW named after the method)."""
+    named = "" if optimizer == "adamw" else f"_{optimizer}"
+    return out / "runs" / f"{design.key}_{method.key}{named}_lr{lr:g}_noise{noise_std:g}_seed{seed}"
 
 
 def train_one(method: Method, seed: int, steps: int, lr: float, out: Path, design: noisy_task.Design,
-            noise_std: float = NOISE_STD, timeout: float = 900) -> dict:
-    """One trainer run (cached in its ``run.json`` when steps, lr and noise agree)."""
-    directory = run_dir(out, design, method, lr, noise_std, seed)
+            noise_std: float = NOISE_STD, timeout: float = 900, optimizer: str = "adamw") -> dict:
+    """One trainer run (cached in its ``run.json`` when steps, lr, noise and optimizer agree)."""
+    directory = run_dir(out, design, method, lr, noise_std, seed, optimizer)
     done = directory / "run.json"
     if done.exists():
         cached = json.loads(done.read_text())
-        if (cached["steps"], cached["lr"], cached["noise_std"]) == (steps, lr, noise_std):
+        if (cached["steps"], cached["lr"], cached["noise_std"], optimizer_of(cached)) \
+                == (steps, lr, noise_std, optimizer):
             return cached
     spec = noisy_task.build_assets(assets_dir(out, design), design)
     paths = noisy_task.build_data(out / "assets" / f"data_{design.key}_seed{seed}_steps{steps}_noise{noise_std:g}",
@@ -65,7 +74,7 @@ def train_one(method: Method, seed: int, steps: int, lr: float, out: Path, desig
            noisy_task.TASK_ENV: str((assets_dir(out, design) / "task.json").resolve())}
     result = launch.run(method.estimator, directory, steps=steps, echo=False, timeout=timeout, seed=seed,
                         ours=method.ours, loggers=("console", "tensorboard"), assets_dir=out / "assets" / "demo",
-                        extra_overrides=overrides(paths, spec, lr, design), extra_env=env)
+                        extra_overrides=overrides(paths, spec, lr, design, optimizer), extra_env=env)
     if result.returncode != 0 or len(result.steps) != steps:
         raise CurvesError(f"{method.label} lr {lr:g} seed {seed}: exit code {result.returncode}, "
                           f"{len(result.steps)}/{steps} steps; see {result.log_path}")
@@ -75,7 +84,8 @@ def train_one(method: Method, seed: int, steps: int, lr: float, out: Path, desig
         raise CurvesError(f"{method.label} lr {lr:g} seed {seed}: the probe's metrics {missing} are not in "
                           f"tensorboard; see {result.log_path}")
     record = {"design": design.key, "method": asdict(method), "seed": seed, "steps": steps, "lr": lr,
-              "noise_std": noise_std, "seconds": round(result.seconds, 1), "weights_sha256": result.digest,
+              "noise_std": noise_std, "optimizer": optimizer, "seconds": round(result.seconds, 1),
+              "weights_sha256": result.digest,
               "proof": proof(method, result.trace, steps), "metrics": metrics}
     done.write_text(json.dumps(record))
     return record
@@ -88,13 +98,13 @@ def assets_dir(out: Path, design: noisy_task.Design) -> Path:
 
 def train_all(out: Path, design: noisy_task.Design, steps: int, seeds: int, lrs: tuple[float, ...],
             methods: tuple[Method, ...], noise_std: float = NOISE_STD, timeout: float = 900,
-            progress: Optional[Callable[[str], None]] = None) -> list[dict]:
+            progress: Optional[Callable[[str], None]] = None, optimizer: str = "adamw") -> list[dict]:
     """Every lr x seed x method, seeds outer to methods (a partial run still covers every method)."""
     records = []
     for lr in lrs:
         for seed in range(seeds):
             for method in methods:
-                record = train_one(method, seed, steps, lr, out, design, noise_std, timeout)
+                record = train_one(method, seed, steps, lr, out, design, noise_std, timeout, optimizer)
                 records.append(record)
                 if progress:
                     last = {tag: values[-1][1] for tag, values in record["metrics"].items()}
@@ -104,13 +114,14 @@ def train_all(out: Path, design: noisy_task.Design, steps: int, seeds: int, lrs:
     return records
 
 
-def finished(out: Path, design: noisy_task.Design, steps: int, lrs: tuple[float, ...], noise_std: float) -> list[dict]:
-    """Every run finished in ``--out`` (its ``run.json``) of this design, step count, lr and noise
-    level, whichever command ran it, by method and seed: what the report covers."""
+def finished(out: Path, design: noisy_task.Design, steps: int, lrs: tuple[float, ...], noise_std: float,
+             optimizer: str = "adamw") -> list[dict]:
+    """Every run finished in ``--out`` (its ``run.json``) of this design, step count, lr, noise
+    level and optimizer, whichever command ran it, by method and seed: what the report covers."""
     found = []
     for done in sorted((out / "runs").glob(f"{design.key}_*/run.json")):
         record = json.loads(done.read_text())
-        if (record.get("design"), record["steps"], record["noise_std"]) == (design.key, steps, noise_std) \
-                and record["lr"] in lrs:
+        if (record.get("design"), record["steps"], record["noise_std"], optimizer_of(record)) \
+                == (design.key, steps, noise_std, optimizer) and record["lr"] in lrs:
             found.append(record)
     return sorted(found, key=lambda r: (r["lr"], r["seed"], [m.key for m in METHODS].index(r["method"]["key"])))

@@ -16,7 +16,9 @@ attention, tied embeddings).
 
 ``probe(batch)`` runs in verl's driver every step (``patches.PROBE_ENV``) and adds exact
 functionals of the policy after the step's update, read from the rollout server's weights, to the
-step's metrics, so they reach verl's tensorboard logger with everything else."""
+step's metrics, so they reach verl's tensorboard logger with everything else. Two of them say
+which channel moved the flat prompts (``channel_metrics``): their KL from the start with their own
+input-embedding rows reset to the start, and with everything else reset, their rows kept."""
 
 from __future__ import annotations
 
@@ -40,7 +42,13 @@ PREFIX = "noisy/"
 METRICS = tuple(PREFIX + name for name in (
     "informative_true_reward", "informative_entropy", "flat_entropy", "flat_kl_from_start",
     "informative_kl_from_start", "flat_informative_tv", "flat_adv_rms", "informative_adv_rms", "noise_std_sampled",
-    "probe_policy_step"))
+    "probe_policy_step", "flat_kl_rows_reset", "flat_kl_shared_reset"))
+
+
+OPTIMIZERS = {  # --optimizer: what each changes in verl's actor optimizer (verl builds it from torch.optim by name)
+    "adamw": (),
+    "sgd": ("actor_rollout_ref.actor.optim.optimizer=SGD", "actor_rollout_ref.actor.optim.weight_decay=0"),
+}
 
 
 class NoisyTaskError(RfppError):
@@ -52,7 +60,9 @@ class Design:
     """How the model sees the prompts and what a step trains on (docs/curves/noisy/report.md
     argues each). ``prompts``: the informative and the flat prompts' texts; a one-character text
     is one token of its own (transformers loads the tokenizer as Qwen2's byte-level BPE, which with
-    no merges encodes single characters only), a two-character one is a kind token and a digit."""
+    no merges encodes single characters only), a two-character one is a kind token and a digit.
+    ``lr``: AdamW's learning rate, ``sgd_lr``: plain SGD's (None: not chosen for this design), each
+    chosen noise-free by ``benchmarks/noisy_design.py`` before any noisy run."""
 
     key: str
     prompts: tuple[tuple[str, ...], tuple[str, ...]]
@@ -62,6 +72,11 @@ class Design:
     lr: float
     methods: tuple[str, ...]
     control_methods: tuple[str, ...]
+    sgd_lr: Optional[float] = None
+
+    def lr_of(self, optimizer: str) -> Optional[float]:
+        """The design's learning rate for ``optimizer`` (a key of ``OPTIMIZERS``)."""
+        return self.sgd_lr if optimizer == "sgd" else self.lr
 
     def __post_init__(self) -> None:
         if self.prompts_per_step % 2 or not 0 < self.prompts_per_step // 2 <= min(map(len, self.prompts)):
@@ -75,7 +90,7 @@ class Design:
 
 SEPARATE = Design("separate", (tuple("abcdefgh"), tuple("stuvwxyz")), tied_embeddings=False, prompts_per_step=16,
                   samples=16, lr=5e-3, methods=("verl_grpo", "ours_baseline", "verl_baseline"),
-                  control_methods=("verl_grpo", "ours_baseline", "verl_baseline"))
+                  control_methods=("verl_grpo", "ours_baseline", "verl_baseline"), sgd_lr=0.15)
 SHARED = Design("shared", (tuple(f"i{k}" for k in range(8)), tuple(f"f{k}" for k in range(8))), tied_embeddings=True,
                 prompts_per_step=4, samples=4, lr=1e-2,
                 methods=("verl_grpo", "ours_baseline", "ours_rfpp", "verl_baseline"),
@@ -279,13 +294,30 @@ def batch_metrics(spec: dict, prompt_ids, response_ids, response_mask, advantage
             PREFIX + "noise_std_sampled": float(noise_t.std(correction=1)) if len(noise) > 1 else float("nan")}
 
 
+def own_rows(spec: dict, kind: str = "flat") -> list[int]:
+    """The input-embedding rows only ``kind``'s prompts read: token ids of its prompts that no prompt
+    of another kind has (design ``separate``: each flat prompt's own token)."""
+    others = {t for row in spec["prompts"] if row["kind"] != kind for t in row["ids"]}
+    return sorted({t for row in spec["prompts"] if row["kind"] == kind for t in row["ids"]} - others)
+
+
+def channel_metrics(spec: dict, rows_reset: list[list[float]], shared_reset: list[list[float]]) -> dict[str, float]:
+    """Mean KL(pi || pi_start) over the flat prompts of two mixed policies (one distribution per
+    prompt of ``spec``): ``rows_reset``, the trained model with the flat prompts' own rows
+    (``own_rows``) at the start, so what the shared layers and the output layer moved; and
+    ``shared_reset``, the start model with those rows trained, so what the rows alone moved."""
+    flat = [i for i, row in enumerate(spec["prompts"]) if row["kind"] == "flat"]
+    kl = lambda probs: sum(_kl(probs[i], spec["prompts"][i]["start"]) for i in flat) / len(flat)  # noqa: E731
+    return {PREFIX + "flat_kl_rows_reset": kl(rows_reset), PREFIX + "flat_kl_shared_reset": kl(shared_reset)}
+
+
 _SPEC: Optional[dict] = None
 
 
 def probe(batch) -> dict[str, float]:
-    """verl's driver, every step (``patches.PROBE_ENV``): ``policy_metrics`` of the rollout server's
-    weights (the policy after this step's update; ``probe_policy_step`` says which step's weights
-    they were) and ``batch_metrics`` of the step's batch."""
+    """verl's driver, every step (``patches.PROBE_ENV``): ``policy_metrics`` and ``channel_metrics``
+    of the rollout server's weights (the policy after this step's update; ``probe_policy_step`` says
+    which step's weights they were) and ``batch_metrics`` of the step's batch."""
     import ray
 
     from verl_rfpp.cpu import rollout
@@ -294,9 +326,11 @@ def probe(batch) -> dict[str, float]:
     if _SPEC is None:
         _SPEC = json.loads(Path(os.environ[TASK_ENV]).read_text())
     server = ray.get_actor(rollout.server_name(0))
-    step, probs = ray.get(server.next_token_probs.remote([row["ids"] for row in _SPEC["prompts"]]))
+    ids = [row["ids"] for row in _SPEC["prompts"]]
+    step, probs = ray.get(server.next_token_probs.remote(ids))
+    _, mixed = ray.get(server.counterfactual_probs.remote(ids, own_rows(_SPEC)))
     data = batch.batch
-    return {**policy_metrics(_SPEC, probs),
+    return {**policy_metrics(_SPEC, probs), **channel_metrics(_SPEC, mixed["rows_reset"], mixed["shared_reset"]),
             **batch_metrics(_SPEC, data["prompts"], data["responses"], data["response_mask"], data["advantages"],
                             data["token_level_scores"]),
             PREFIX + "probe_policy_step": float(step)}

@@ -368,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     curves.add_argument("--lrs", type=float, nargs="*",
                         help="--task noisy: learning rates (default: the design's, 5e-3 separate, 1e-2 shared)")
     curves.add_argument("--noise-std", type=float, default=0.1, help="--task noisy: reward noise std")
+    curves.add_argument("--optimizer", choices=tuple(noisy_task.OPTIMIZERS), default="adamw",
+                        help="--task noisy: the actor's optimizer (sgd: plain SGD, weight decay 0, the bandit's "
+                             "update; its default lr the design's sgd_lr, 0.15 separate)")
     curves.add_argument("--quick", action="store_true",
                         help="--task noisy: a smoke run (1 step, 1 seed, our REINFORCE++-baseline unless --methods)")
     curves.add_argument("--control", type=int, default=0, metavar="SEEDS",
