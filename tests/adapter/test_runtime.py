@@ -13,6 +13,7 @@ from support.batches import make_batch
 from verl_rfpp import plugin, validation
 from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.core.metrics import STEP_METRICS
+from verl_rfpp.cpu import demo
 from verl_rfpp.tools import cli
 
 pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
@@ -98,6 +99,7 @@ def test_metrics_reach_verls_console_logger(fresh_process_state, capsys):
             values[name] = float(value)
     assert set(values) == {"rfpp/raw_adv_mean", "rfpp/raw_adv_std", "rfpp/adv_mean", "rfpp/adv_std",
                            "rfpp/valid_tokens", "rfpp/var_floor_used"}
+    assert set(values) == set(demo.RFPP_METRICS)  # what the demo's verdict and the curves require, stated there
     assert values["rfpp/valid_tokens"] == n
     assert values["rfpp/raw_adv_mean"] == pytest.approx(mu, rel=1e-3)
     assert values["rfpp/raw_adv_std"] == pytest.approx(var ** 0.5, rel=1e-3)

@@ -117,12 +117,13 @@ def test_an_unwritable_numba_cache_dir_is_reported_with_where_numba_really_cache
     assert _run(_copy_of(compiled_cache, tmp_path / "usable"), **env) == []
 
 
-@pytest.mark.parametrize("damage", ["truncated-index", "garbage-index", "garbage-data"])
+@pytest.mark.parametrize("damage", ["truncated-index", "garbage-index", "truncated-data", "garbage-data"])
 def test_unreadable_cache_files_compile_in_memory_with_one_warning_then_repair(tmp_path, compiled_cache, damage):
+    """Cache files a kill cut short (``truncated-*``) or another program overwrote."""
     cache_dir = _copy_of(compiled_cache, tmp_path / "numba-cache")
-    for path in _cache_files(cache_dir, ".nbc" if damage == "garbage-data" else ".nbi"):
-        if damage == "truncated-index":
-            path.write_bytes(path.read_bytes()[:7])
+    for path in _cache_files(cache_dir, ".nbc" if damage.endswith("-data") else ".nbi"):
+        if damage.startswith("truncated-"):
+            path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
         else:
             path.write_bytes(b"not a pickle at all\n" * 3)
     warnings = _run(cache_dir)

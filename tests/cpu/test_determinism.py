@@ -214,6 +214,24 @@ def test_a_resumed_run_s_metrics_continue_the_earlier_lines(tmp_path):
     assert [json.loads(line)["step"] for line in (tmp_path / launch.METRICS).read_text().splitlines()] == [2, 3]
 
 
+def test_metrics_files_cut_short_by_a_kill_do_not_stop_the_resume(tmp_path):
+    """A kill can cut verl's logger output or our own ``metrics.jsonl`` (of an older release that
+    wrote it in place) in the middle of a line: the resume keeps every complete line and drops the
+    cut one; our files are replaced in one step, so no ``.partial`` file is left behind."""
+    _verl_lines(tmp_path / launch.VERL_METRICS, [1, 2])
+    launch.write_metrics(tmp_path)
+    with open(tmp_path / launch.METRICS, "a") as handle:
+        handle.write('{"step": 3, "critic/sc')  # our own file cut short
+    _verl_lines(tmp_path / launch.VERL_METRICS, [3])
+    with open(tmp_path / launch.VERL_METRICS, "a") as handle:
+        handle.write('{"step": 4, "data": {"critic/score/me')  # verl's line cut short
+    metrics = launch.write_metrics(tmp_path, resumed=True)
+    assert sorted(metrics) == [1, 2, 3]
+    assert [json.loads(line)["step"] for line in (tmp_path / launch.METRICS).read_text().splitlines()] == [1, 2, 3]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [launch.VERL_METRICS, launch.METRICS, launch.TIMING])
+
+
 def test_demo_resume_without_a_checkpoint_is_refused_in_one_line(tmp_path, capsys):
     assert cli.main(["demo", "--resume", "--steps", "4"]) == 2
     assert capsys.readouterr().out.strip().count("\n") == 0

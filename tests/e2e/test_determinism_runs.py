@@ -21,7 +21,7 @@ import psutil
 import pytest
 from support.trainer_runs import run_processes, two_output_run
 
-from verl_rfpp.cpu import launch
+from verl_rfpp.cpu import demo, launch, trace
 from verl_rfpp.tools import cli
 
 ESTIMATOR = "reinforce_plus_plus_baseline"
@@ -112,6 +112,9 @@ def one_rank_runs(tmp_path_factory):
         return (out / launch.VERL_METRICS).exists() and '{"step":2,' in (out / launch.VERL_METRICS).read_text()
 
     killed = _kill_demo(["--steps", "4", "--save-every", "2"], out, step_2_logged)
+    for name, cut in ((launch.VERL_METRICS, '{"step": 3, "data": {"critic/sc'), (trace.TRACE_FILE, "tokens pid=1 ra")):
+        with open(out / name, "a") as handle:  # as a kill in the middle of a write leaves them
+            handle.write(cut)
     resumed = _demo(["--steps", "4", "--resume"], out)
     assert resumed.code == 0, resumed.out
     return {"straight": straight, "killed": killed, "resumed": resumed, "other": run("other", 1, seed=1)}
@@ -142,14 +145,19 @@ def test_nothing_of_a_killed_demo_outlives_it(one_rank_runs):
 @pytest.mark.e2e
 def test_a_killed_run_resumed_from_step_2_equals_the_run_straight_to_step_4(one_rank_runs):
     """``demo --resume`` continued after the checkpoint of step 2 of the killed run (it trained
-    steps 3 and 4 only) and ended with the weights and ``metrics.jsonl`` (steps 1-4, those of
-    the killed run kept) of the run straight to step 4."""
+    steps 3 and 4 only; the killed run's logger output and trace end in a line cut short) and
+    ended with the weights and ``metrics.jsonl`` (steps 1-4, those of the killed run kept) of the
+    run straight to step 4; its own processes rebuilt what the plugin keeps per process: our
+    estimator computed steps 3 and 4 in its driver and its ``rfpp/`` metrics are those of the run
+    straight to 4 (the demo's verdict: PASS)."""
     (straight, straight_out), resumed = one_rank_runs["straight"], one_rank_runs["resumed"]
     progress = [line.split()[1] for line in resumed.out.splitlines() if line.startswith("step ")]
     assert progress == ["3/4", "4/4"] and "PASS: " in resumed.out, resumed.out
     assert {step: resumed.digests[step] for step in (3, 4)} == {step: straight.digests[step] for step in (3, 4)}
     assert f"Actor weights after step 4: sha256 {straight.digest}." in resumed.out
     assert resumed.metrics == (straight_out / launch.METRICS).read_text().splitlines()  # steps 1-4
+    for line in resumed.metrics[2:]:  # steps 3 and 4, logged by the resumed processes
+        assert all(key in json.loads(line) for key in demo.RFPP_METRICS), line
 
 
 @pytest.mark.e2e

@@ -27,7 +27,7 @@ KL_REWARD = "actor/reward_kl_penalty"
 ADV_STD = "rfpp/adv_std"
 VAR_FLOOR = "rfpp/var_floor_used"
 RFPP_METRICS = ("rfpp/raw_adv_mean", "rfpp/raw_adv_std", "rfpp/adv_mean", "rfpp/adv_std", "rfpp/valid_tokens",
-                VAR_FLOOR)
+                VAR_FLOOR)  # what core/metrics.py logs (contract section 7; tests/adapter/test_runtime.py)
 LEARNING_STEPS = 20  # from this many steps on, the reward must rise (the task learns within ~20-40)
 WINDOW = 5  # steps averaged at the start and at the end of the run
 MIN_GAIN = 0.1  # the reward's rise (0..2 scale) that counts as learning

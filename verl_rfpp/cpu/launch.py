@@ -262,7 +262,7 @@ def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
         "RAY_DEDUP_LOGS": "0",
         "TENSORBOARD_DIR": str(out_dir / "tensorboard"),
         "VERL_FILE_LOGGER_PATH": str(out_dir / VERL_METRICS),
-        trace.TRACE_ENV: str(out_dir / "trace.txt"),
+        trace.TRACE_ENV: str(out_dir / trace.TRACE_FILE),
     })
     if not ours:
         env["VERL_USE_EXTERNAL_PLUGINS"] = "none"
@@ -338,13 +338,7 @@ def write_metrics(out_dir: Path, resumed: bool = False) -> dict[int, dict]:
     raw = out_dir / VERL_METRICS
     if not raw.exists():
         return {}
-    steps = {}
-    for line in raw.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:  # the last line of a run killed while verl wrote it
-            continue
-        steps[int(record["step"])] = record["data"]
+    steps = {int(record["step"]): record["data"] for record in _complete_lines(raw)}
     if resumed and not steps:  # a resumed run killed before its first step: the earlier lines stay
         return {}
     result = {}
@@ -352,14 +346,29 @@ def write_metrics(out_dir: Path, resumed: bool = False) -> dict[int, dict]:
         path = out_dir / name
         earlier = {}
         if resumed and path.exists() and steps:
-            earlier = {line["step"]: line for line in map(json.loads, path.read_text().splitlines())
-                       if line["step"] < min(steps)}
+            earlier = {line["step"]: line for line in _complete_lines(path) if line["step"] < min(steps)}
         lines = {**earlier, **{step: {"step": step, **{key: data[key] for key in sorted(data) if keep(key)}}
                                for step, data in steps.items()}}
-        path.write_text("".join(json.dumps(lines[step]) + "\n" for step in sorted(lines)))
+        partial = path.with_name(path.name + ".partial")  # replaced in one step: a kill leaves the old file or the new
+        partial.write_text("".join(json.dumps(lines[step]) + "\n" for step in sorted(lines)))
+        os.replace(partial, path)
         if name == METRICS:
             result = lines
     return result
+
+
+def _complete_lines(path: Path) -> list[dict]:
+    """The JSON objects of ``path``, one per line, without a line a kill cut short (verl's logger
+    writes a line at a time; so did this module before it replaced its files in one step)."""
+    lines = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            lines.append(record)
+    return lines
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal the kernel sends a process when its parent ends

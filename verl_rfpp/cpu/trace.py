@@ -21,6 +21,7 @@ import os
 from typing import Optional
 
 TRACE_ENV = "VERL_RFPP_TRACE"
+TRACE_FILE = "trace.txt"  # its name in a run's directory (the CPU backend's ``--out``)
 
 
 def enabled() -> bool:

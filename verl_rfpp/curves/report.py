@@ -7,14 +7,10 @@ from pathlib import Path
 
 from verl_rfpp import catalog
 from verl_rfpp.cpu import patches
+from verl_rfpp.cpu.demo import KL_LOSS, KL_REWARD, REWARD, RFPP_METRICS  # KL_LOSS: k2 in the loss; KL_REWARD: k1
 from verl_rfpp.curves.series import band, mean, series, std
 
-REWARD = "critic/score/mean"
-KL_LOSS = "actor/kl_loss"  # k2, in the loss (baseline recipe, grpo)
-KL_REWARD = "actor/reward_kl_penalty"  # k1, in the reward (REINFORCE++ recipe)
 ADV_STD = patches.ADV_STD_METRIC
-RFPP_METRICS = ("rfpp/raw_adv_mean", "rfpp/raw_adv_std", "rfpp/adv_mean", "rfpp/adv_std", "rfpp/valid_tokens",
-                "rfpp/var_floor_used")
 WINDOW = 5  # steps averaged at the start and at the end
 KEPT = (REWARD, KL_LOSS, KL_REWARD, ADV_STD, "critic/advantages/mean", "response_length/mean", "timing_s/step",
         *RFPP_METRICS)  # the tags results.json keeps (each run's run.json has all of them)

@@ -180,7 +180,7 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     # Importing verl (the CPU backend) and building the assets print warnings and progress that
     # mean nothing to a reader: they go to messages.log in ``out`` (--verbose: to the terminal).
     with quiet.quiet("demo", verbose=args.verbose, stdout=True) as log:
-        from verl_rfpp.cpu import assets, demo, launch
+        from verl_rfpp.cpu import assets, demo, launch, trace
         from verl_rfpp.tools import multinode
 
         assets.build_all(out / "assets")
@@ -229,7 +229,7 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
         messages = f"; other libraries' messages: {out / 'messages.log'}" if (out / "messages.log").exists() else ""
         kept = "" if args.out else f"The run's files are kept in {out}: "
         hint = (f"{kept}verl's full log: {result.log_path}; the run trace (who computed what, where): "
-                f"{out / 'trace.txt'}{messages}")
+                f"{out / trace.TRACE_FILE}{messages}")
     else:
         hint = ("The run's files (verl's log, the run trace) were in a temporary folder, now removed: "
                 "--out DIR keeps them")
