@@ -112,12 +112,20 @@ def summarize_noisy(records: list[dict], start: dict[str, float]) -> dict[str, d
                 ends["informative_reward_rise"] = [s[-1] - s[-1 - WINDOW] for s in rewards]
             if all(series(r, P + "flat_informative_tv") for r in runs):  # runs before the gap was probed lack it
                 ends["flat_informative_tv"] = [mean(series(r, P + "flat_informative_tv")[-WINDOW:]) for r in runs]
+            for name in CHANNELS:  # runs before the channel probe lack it
+                if all(series(r, P + name) for r in runs):
+                    ends[name] = [mean(series(r, P + name)[-WINDOW:]) for r in runs]
             for name, values in ends.items():
                 row[name] = {"mean": mean(values), "std": std(values), "per_seed": values}
             table[str(lr)][key] = row
     return table
 
 
+CHANNELS = ("flat_kl_rows_reset", "flat_kl_shared_reset")  # the probe's two mixed models (noisy_task.channel_metrics)
+CHANNEL_OF = {"flat_kl_rows_reset": "the shared layers and the output layer",  # what each mixed model keeps trained
+              "flat_kl_shared_reset": "the flat prompts' own input rows"}
+CARRIES = 0.5  # a channel carries the flat prompts' movement in a seed when its model alone keeps at least this
+#                share of the trained model's flat KL; set before any run with the channel probe was read
 NOISE_MEASURES = ("flat_entropy_drop", "flat_kl_from_start", "informative_true_reward")  # the policy's own
 PAIRED_MEASURES = (*NOISE_MEASURES, "flat_adv_rms", "informative_adv_rms")
 
@@ -246,3 +254,49 @@ def matched(records: list[dict], levels: tuple[float, ...] = LEVELS) -> dict:
                 "steps": {key: [steps[key][s] for s in both] for key in (GRPO, OURS)},
                 "flat_kl_from_start": kl, "difference": paired(kl[GRPO], kl[OURS])}
     return out
+
+
+def carried(shares: list[float]) -> str:
+    """The channel rule on the per-seed shares of one channel (``CARRIES``): ``yes`` when at least
+    ``CARRIES`` in every seed, ``no`` when below it in every seed, ``mixed`` otherwise."""
+    if shares and all(x >= CARRIES for x in shares):
+        return "yes"
+    if shares and all(x < CARRIES for x in shares):
+        return "no"
+    return "mixed"
+
+
+def channels(table: dict[str, dict[str, dict]]) -> dict:
+    """Per lr and method whose runs all carry the channel probe (the last ``WINDOW`` steps, as the
+    endpoint): for each channel of ``CHANNELS``, the flat KL its mixed model keeps, per seed, its
+    share of the trained model's flat KL and the rule's word (``carried``); and GRPO minus our
+    baseline on each (paired) where both have it."""
+    out: dict = {}
+    for lr, rows in table.items():
+        cells: dict = {}
+        for key, row in rows.items():
+            if not all(name in row for name in CHANNELS):
+                continue
+            full = row["flat_kl_from_start"]["per_seed"]
+            cells[key] = {"label": row["label"], "seeds": row["seeds"], "flat_kl_from_start": full}
+            for name in CHANNELS:
+                kept = row[name]["per_seed"]
+                shares = [k / f if f > 0 else float("nan") for k, f in zip(kept, full, strict=True)]
+                cells[key][name] = {"per_seed": kept, "mean": row[name]["mean"], "share": shares,
+                                    "carries": carried(shares)}
+        if GRPO in cells and OURS in cells:
+            cells["grpo_minus_ours"] = {name: pair(rows[GRPO], rows[OURS], name) for name in CHANNELS}
+        if cells:
+            out[lr] = cells
+    return out
+
+
+def rows_explanation(cells: dict) -> str:
+    """The AdamW explanation of the report (GRPO's full-size flat advantages move the flat
+    prompts' own rows no further than the baseline's, since AdamW scales each parameter's step by
+    its own gradient history) rests on the flat prompts having moved through their own rows:
+    ``kept`` when that channel carries the movement (``carried``: yes) for GRPO and for our
+    baseline, ``withdrawn`` otherwise. Fixed before any run with the channel probe was read."""
+    rows = "flat_kl_shared_reset"
+    return "kept" if all(cells.get(key, {}).get(rows, {}).get("carries") == "yes" for key in (GRPO, OURS)) \
+        else "withdrawn"
