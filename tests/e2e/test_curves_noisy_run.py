@@ -46,5 +46,7 @@ def test_quick_noisy_run_of_verls_builtin_with_the_plugin_excluded(tmp_path, cap
         assert flat < informative
     for (_, kl), (_, entropy) in zip(metrics[P + "flat_kl_from_start"], metrics[P + "flat_entropy"], strict=True):
         assert 0 < kl < 1 and 0 < entropy <= math.log(30)
+    for name in ("flat_kl_rows_reset", "flat_kl_shared_reset"):  # the channel probe, read in verl's driver
+        assert all(0 < value < 1 for _, value in metrics[P + name]), name
     for name in ("report.md", "noisy_lr0.005.png"):
         assert (tmp_path / name).exists()

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from verl_rfpp.curves import noisy_task
 from verl_rfpp.curves.noisy_analysis import (
+    CARRIES,
+    CHANNEL_OF,
+    CHANNELS,
     CLAIMS,
     GRPO,
     LEARNED,
@@ -21,6 +24,7 @@ from verl_rfpp.curves.noisy_analysis import (
     WINDOW,
     P,
     best_quality,
+    channels,
     group,
     group_noise,
     initial,
@@ -28,10 +32,11 @@ from verl_rfpp.curves.noisy_analysis import (
     noise_effect,
     noise_part,
     prompt_blind_quality,
+    rows_explanation,
     summarize_noisy,
     verdicts,
 )
-from verl_rfpp.curves.noisy_runs import NOISE_STD
+from verl_rfpp.curves.noisy_runs import NOISE_STD, optimizer_of
 from verl_rfpp.curves.runs import METHODS
 from verl_rfpp.curves.series import band, mean, seed_series, series
 
@@ -44,10 +49,12 @@ LABELS = {"flat_entropy_drop": "flat entropy drop (nats)", "flat_kl_from_start":
           "informative_adv_rms": "informative advantage rms"}
 
 
-def output_name(design: str, name: str) -> str:
-    """The name under ``--out`` of a file the ``design`` writes: the separate design's as named,
-    another design's prefixed with its key (``shared-report.md``), so one ``--out`` holds both."""
-    return name if design == noisy_task.SEPARATE.key else f"{design}-{name}"
+def output_name(design: str, name: str, optimizer: str = "adamw") -> str:
+    """The name under ``--out`` of a file the ``design`` writes with ``optimizer``: the separate
+    design's AdamW runs' as named, another design's prefixed with its key, another optimizer's
+    with its name (``shared-report.md``, ``sgd-report.md``), so one ``--out`` holds them all."""
+    parts = [*([design] if design != noisy_task.SEPARATE.key else []), *([optimizer] if optimizer != "adamw" else [])]
+    return "-".join([*parts, name])
 
 
 def noisy_plots(out: Path, records: list[dict], start: dict[str, float], best: float, blind: float,
@@ -85,7 +92,8 @@ def noisy_plots(out: Path, records: list[dict], start: dict[str, float], best: f
         axes[0][0].legend(fontsize=7)
         figure.suptitle(f"reward noise N(0, {noise:g}^2), lr {lr:g}: line mean over seeds, band min..max", fontsize=10)
         figure.tight_layout()
-        path = out / output_name(design, f"noisy_lr{lr:g}.png" if noise else f"noise_free_lr{lr:g}.png")
+        path = out / output_name(design, f"noisy_lr{lr:g}.png" if noise else f"noise_free_lr{lr:g}.png",
+                                 optimizer_of(records[0]))
         figure.savefig(path, dpi=110)
         plt.close(figure)
         written.append(path)
@@ -206,6 +214,48 @@ def _matched_lines(lr: str, table: dict) -> list[str]:
     return lines + [""]
 
 
+def _channel_lines(lr: str, cells: dict, explain: bool = True) -> list[str]:
+    """Which channel moved the flat prompts: per method, the flat KL of the trained model and of
+    each mixed model (``CHANNELS``), per seed, each channel's share and the channel rule's word;
+    GRPO minus the baseline on each; with ``explain`` (AdamW's runs), the AdamW explanation kept or
+    withdrawn by ``rows_explanation``."""
+    if not cells:
+        return []
+    lines = [f"## Which channel moved the flat prompts, lr {lr}", "",
+             "The probe also reads, every step, the flat prompts' KL from the start of two models mixed from the "
+             "trained one and the start: the trained model with the flat prompts' own input-embedding rows reset "
+             f"to the start (what {CHANNEL_OF['flat_kl_rows_reset']} moved), and the start model with only those "
+             f"rows trained (what {CHANNEL_OF['flat_kl_shared_reset']} moved); the last {WINDOW} steps' mean, as "
+             "for every endpoint. The two need not add up to the whole. The rule, fixed before any run with this "
+             f"probe was read: a channel carries the movement (**yes**) when its model alone keeps at least "
+             f"{CARRIES:.0%} of the trained model's flat KL in every seed, **no** when it keeps less in every "
+             "seed, **mixed** otherwise.", ""]
+    for key, cell in cells.items():
+        if key == "grpo_minus_ours":
+            continue
+        full = cell["flat_kl_from_start"]
+        lines.append(f"- {cell['label']} (seeds {cell['seeds']}): flat KL {mean(full):.3f} (per seed "
+                     f"{', '.join(f'{x:.3f}' for x in full)}).")
+        for name in CHANNELS:
+            c = cell[name]
+            lines.append(f"  - {CHANNEL_OF[name]} alone: {c['mean']:.3f} (per seed "
+                         f"{', '.join(f'{x:.3f}' for x in c['per_seed'])}; share "
+                         f"{', '.join(f'{x:.0%}' for x in c['share'])}): carries it: **{c['carries']}**.")
+    if "grpo_minus_ours" in cells:
+        lines += ["", "GRPO minus our REINFORCE++-baseline, paired by seed:"]
+        lines += [f"- {CHANNEL_OF[name]} alone: {_diff(cells['grpo_minus_ours'][name])}." for name in CHANNELS]
+    if not explain:
+        return lines + [""]
+    verdict = rows_explanation(cells)
+    lines += ["", f"The AdamW explanation (GRPO's full-size flat advantages move the flat prompts' own rows no "
+              "further than the baseline's, since AdamW sizes each parameter's step by its own gradient history) "
+              "needs their own rows to carry the movement for both methods: by the rule it is "
+              f"**{verdict}**" + (" (the explanation stands as a measured channel, not as a cause: what AdamW does "
+                                  "to those rows was not isolated)." if verdict == "kept" else
+                                  "; what moved the flat prompts is stated above, channel by channel."), ""]
+    return lines
+
+
 def _caveats(lr: str, v: dict, rows: dict) -> list[str]:
     """What the verdict does not carry, with the numbers that say so."""
     lines = [f"## What these runs do not show, lr {lr}", ""]
@@ -250,7 +300,7 @@ BANDIT = {  # docs/bandit.md's numbers, for the claim-by-claim table
 
 
 def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, part: dict, best: float,
-                  steps: int, spec: dict) -> list[str]:
+                  steps: int, spec: dict, optimizer: str = "AdamW") -> list[str]:
     """The bandit's claims against these runs, the verl column's words by the rule."""
     n = len(v["seeds"])
     words = v["answers"]
@@ -259,7 +309,7 @@ def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, 
              f"| claim | the bandit ([docs/bandit.md](../../bandit.md)) | verl's trainer, this model ({n} seeds, "
              "paired; words by the rule above) |", "| --- | --- | --- |",
              f"| setting | {BANDIT['setting']} | {spec.get('parameters', '?'):,}-parameter Qwen2: each prompt its own "
-             f"input row, shared layers and output layer; AdamW, lr {lr}; {len(spec['prompts'])} prompts x "
+             f"input row, shared layers and output layer; {optimizer}, lr {lr}; {len(spec['prompts'])} prompts x "
              f"{len(spec['answers'])} tokens, {steps} steps; {n} seeds, paired |",
              f"| GRPO presents the flat prompts' noise as full-size advantages | {BANDIT['construction']} | "
              f"**{words['noise_as_signal']}** (by construction): rms {rows[GRPO]['flat_adv_rms']['mean']:.3f} "
@@ -329,7 +379,7 @@ def _gap_table(records: list[dict], title: str) -> list[str]:
             cells.append(f"{mean(values):.3f} ({min(values):.3f}..{max(values):.3f})")
         lines.append(f"| {runs[0]['method']['label']} ({len(runs)} seeds) | " + " | ".join(cells) + " |")
     return lines
-def _task_text(spec: dict, noise: float) -> str:
+def _task_text(spec: dict, noise: float, optimizer: str = "adamw") -> str:
     """The task paragraph of report.md, for the spec's design."""
     design = noisy_task.DESIGNS[spec["design"]]
     informative = [row["text"] for row in spec["prompts"] if row["kind"] == "informative"]
@@ -354,7 +404,8 @@ def _task_text(spec: dict, noise: float) -> str:
         "drawn per sample from a stream seeded by the run seed and the sample's identity (step, prompt, sample), "
         "so every method of one seed sees the same noise for the same sample. Every step trains on "
         f"{design.prompts_per_step} prompts (half informative, half flat, in an order drawn by the run seed) x "
-        f"{design.samples} samples, one optimizer step (AdamW, lr {design.lr:g} unless the table says "
+        f"{design.samples} samples, one optimizer step ({noisy_task.OPTIMIZER_LABEL[optimizer]}, lr "
+        f"{design.lr_of(optimizer):g} unless the table says "
         "otherwise), the validated recipe of each estimator otherwise (KL loss 0.01; REINFORCE++: KL in the "
         "reward). Runs are deterministic ([same seed, same run](../../cpu-backend.md#same-seed-same-run)): one "
         "seed fixes the data order, the sampling streams and the noise, and the model starts from the same "
@@ -382,7 +433,9 @@ def command_line(design: str, records: list[dict], control: tuple[dict, ...] = (
         clean = [clean_counts[key] for key in methods if key in clean_counts]
         if clean:
             words.append(f"--control {min(min(clean), count)}")
-        if lrs != [design_record.lr]:
+        if optimizer_of(records[0]) != "adamw":
+            words.append(f"--optimizer {optimizer_of(records[0])}")
+        if lrs != [design_record.lr_of(optimizer_of(records[0]))]:
             words.append("--lrs " + " ".join(f"{lr:g}" for lr in lrs))
         if set(methods) != set(design_record.methods):
             words.append("--methods " + " ".join(methods))
@@ -426,28 +479,32 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
     verdict = verdicts(table)
     clean = summarize_noisy(list(control), start) if control else {}
     effect, part, progress = noise_effect(table, clean), noise_part(table, clean), matched(records)
-    steps, noise = records[0]["steps"], records[0]["noise_std"]
+    moved = channels(table)
+    steps, noise, optimizer = records[0]["steps"], records[0]["noise_std"], optimizer_of(records[0])
+    named = "" if optimizer == "adamw" else f", {noisy_task.OPTIMIZER_LABEL[optimizer]}"
     lines = [
-        f"# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU): design `{spec['design']}`",
+        f"# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU): design `{spec['design']}`"
+        + named,
         "",
         f"Written by {command_line(spec['design'], records, control)} in one DIR: {_runs_phrase(records)}, "
         f"{steps} steps at lr {', '.join(sorted(table))} of verl 0.9.1's v1 trainer on the CPU "
         "backend ([docs/cpu-backend.md](../../cpu-backend.md)), with reward noise and without. Every number here "
         f"was read back from verl's `tensorboard` logger's event files. Schema of "
-        f"`{output_name(spec['design'], 'results.json')}`: "
+        f"`{output_name(spec['design'], 'results.json', optimizer)}`: "
         "[schema.md](schema.md).",
         "",
     ]
     for lr, v in verdict.items():
         lines += ["## Verdict", ""] + _verdict_lines(lr, v, table[lr], clean.get(lr, {}))
         lines += _noise_part_lines(lr, part.get(lr, {})) + _matched_lines(lr, progress.get(lr, {}))
+        lines += _channel_lines(lr, moved.get(lr, {}), explain=optimizer == "adamw")
         lines += _caveats(lr, v, table[lr])
         lines += _bandit_table(lr, v, table[lr], clean.get(lr, {}), effect.get(lr, {}), part.get(lr, {}), best, steps,
-                               spec)
+                               spec, optimizer=noisy_task.OPTIMIZER_LABEL[optimizer])
     lines += [
         "## The task",
         "",
-        _task_text(spec, noise),
+        _task_text(spec, noise, optimizer),
         "",
         PROBES,
         "",
@@ -482,7 +539,8 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
                 lines += ["", "Control, ours minus verl's REINFORCE++-baseline, paired by seed (seeds "
                           f"{v['control']['flat_kl_from_start']['seeds']}; the same method, two implementations):"]
                 lines += [f"- {LABELS[name]}: {_diff(v['control'][name])}" for name in NOISE_MEASURES]
-        lines += ["", f"![noisy rewards at lr {lr}]({output_name(spec['design'], f'noisy_lr{float(lr):g}.png')})", ""]
+        picture = output_name(spec["design"], f"noisy_lr{float(lr):g}.png", optimizer)
+        lines += ["", f"![noisy rewards at lr {lr}]({picture})", ""]
     if control:
         lines += ["## Noise-free control", "",
                   "The same runs (same seeds: data order, sampling streams, start) with reward noise 0: every flat "
@@ -503,7 +561,7 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
             for key, cell in effect.get(lr, {}).items():
                 lines.append(f"{rows[key]['label']}, noisy minus noise-free (seeds {cell['seeds']}):")
                 lines += [f"- {LABELS[name]}: {_diff(cell[name])}" for name in NOISE_MEASURES] + [""]
-            picture = output_name(spec["design"], f"noise_free_lr{float(lr):g}.png")
+            picture = output_name(spec["design"], f"noise_free_lr{float(lr):g}.png", optimizer)
             lines += [f"![noise-free control at lr {lr}]({picture})", ""]
         lines += ["The flat prompts' answer distributions against the informative ones' (flat-informative gap, "
                   "mean (min..max) over seeds), step by step:", ""]
@@ -539,7 +597,8 @@ def results(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> 
     return {"settings": settings, "initial": start, "best_quality": best_quality(spec),
             "prompt_blind_quality": prompt_blind_quality(spec), "summary": table, "verdicts": verdicts(table),
             "control_summary": clean, "noise_effect": noise_effect(table, clean),
-            "noise_part": noise_part(table, clean), "matched": matched(records), "runs": kept}
+            "noise_part": noise_part(table, clean), "matched": matched(records), "channels": channels(table),
+            "runs": kept}
 
 
 def load(path: Path) -> tuple[list[dict], tuple[dict, ...]]:
@@ -557,7 +616,10 @@ def write_noisy_report(out: Path, records: list[dict], spec: dict, notes: str = 
     out.mkdir(parents=True, exist_ok=True)
     design = spec["design"]
     start = initial(spec)
-    (out / output_name(design, "results.json")).write_text(json.dumps(results(records, spec, control), indent=1))
+    optimizer = optimizer_of(records[0])
+    (out / output_name(design, "results.json", optimizer)).write_text(
+        json.dumps(results(records, spec, control), indent=1))
     noisy_plots(out, [*records, *control], start, best_quality(spec), prompt_blind_quality(spec), design)
     text = noisy_report_text(records, spec, control)
-    (out / output_name(design, "report.md")).write_text(text + (("\n" + notes.strip() + "\n") if notes else ""))
+    (out / output_name(design, "report.md", optimizer)).write_text(
+        text + (("\n" + notes.strip() + "\n") if notes else ""))

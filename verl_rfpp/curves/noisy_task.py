@@ -49,6 +49,7 @@ OPTIMIZERS = {  # --optimizer: what each changes in verl's actor optimizer (verl
     "adamw": (),
     "sgd": ("actor_rollout_ref.actor.optim.optimizer=SGD", "actor_rollout_ref.actor.optim.weight_decay=0"),
 }
+OPTIMIZER_LABEL = {"adamw": "AdamW", "sgd": "plain SGD"}
 
 
 class NoisyTaskError(RfppError):
