@@ -24,7 +24,8 @@ the killed run had logged beyond that checkpoint (lost), the processes of the ru
 (every process whose environment names the run's trace file) and the seconds until none of them
 was left, whether any file under ``checkpoints/`` changed after that, and whether the resumed run
 ended with the uninterrupted run's weights digest and ``metrics.jsonl``. One demo at a time;
-every record is appended to ``OUT/faults.jsonl`` as it completes, and the table is printed from it.
+every record is appended to ``OUT/faults.jsonl`` as it completes (a cell already there is not run
+again: a second command continues the matrix), and the table is printed from it.
 
     nice -n 10 python benchmarks/faults.py --out /tmp/faults
     python benchmarks/faults.py --out /tmp/faults --estimators reinforce_plus_plus --points update
@@ -133,10 +134,12 @@ def kill(process: subprocess.Popen, out: Path, seen: dict[int, int]) -> dict:
     """SIGKILL the demo's process group; the run's processes alive then (``seen`` before and a scan
     just after), how long until none of them was, whether verl's tracker moved after the kill,
     and the checkpoint files changed after it (those a worker was writing when the guard stopped it)."""
-    at_kill, killed_at = tracker(out), time.time()
+    at_kill = tracker(out)
+    alive = {pid: start for pid, start in seen.items() if _start(pid) == start}  # alive just before the kill
+    killed_at = time.time()
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    alive = {pid: start for pid, start in {**seen, **run_processes(out)}.items() if _start(pid) == start}
+    alive.update(run_processes(out))  # any the scans had not seen yet, still alive after it
     left: set = set()
     while time.time() - killed_at < GONE_LIMIT_S:
         left = {pid for pid, start in alive.items() if _start(pid) == start}
@@ -326,6 +329,7 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     records_path = args.out / "faults.jsonl"
+    done = {(r["estimator"], r["point"]) for r in map(json.loads, _read(records_path).splitlines())}
     if not args.table:
         for estimator in args.estimators:
             if args.until and time.strftime("%H:%M", time.gmtime()) >= args.until:
@@ -335,6 +339,10 @@ def main() -> int:
             for point in args.points:
                 if args.until and time.strftime("%H:%M", time.gmtime()) >= args.until:
                     print(f"{estimator} {point}: not run (--until {args.until})", flush=True)
+                    continue
+                if (estimator, point) in done:  # a second command continues the matrix of OUT
+                    print(f"{estimator} {point}: in {records_path} already (remove its line to run it again)",
+                          flush=True)
                     continue
                 record = cell(args.out, estimator, point, ref)
                 with open(records_path, "a") as file:
