@@ -18,6 +18,10 @@ run's files every 20 ms):
   with SIGKILL as the tracker says 1; the demo must stop by itself: its exit code and seconds after
   the kill, the one line naming the worker (and no traceback) in its output, the processes of the
   run left when it exited.
+- ``disk-full``: no kill: ``DIR/checkpoints`` is a tmpfs of ``FULL_BYTES`` (root and ``mount``
+  needed; else the cell says why it did not run), so verl's write of checkpoint 2 fails with
+  ENOSPC; the demo must stop by itself (exit 1, the one line, no traceback), the tracker at 1;
+  then the tmpfs grows (``mount -o remount``, its files kept) and ``--resume`` runs to the end.
 
 Per kill: whether it landed where named, the checkpoint verl's tracker names after it, the steps
 the killed run had logged beyond that checkpoint (lost), the processes of the run alive at the kill
@@ -47,7 +51,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ESTIMATORS = ("reinforce_plus_plus_baseline", "reinforce_plus_plus")
-POINTS = ("checkpoint-write", "update", "rollout", "after-checkpoint", "resume-first-step", "worker")
+POINTS = ("checkpoint-write", "update", "rollout", "after-checkpoint", "resume-first-step", "worker", "disk-full")
+FULL_BYTES = 700 * 1024  # a tmpfs this size holds the demo's first checkpoint (431 KB) and not its second
 STEPS = 4
 RUN_LIMIT_S = 1800  # one demo, on a loaded 2-core machine
 GONE_LIMIT_S = 60
@@ -265,11 +270,46 @@ def kill_at(out: Path, estimator: str, point: str, resumed: bool) -> dict:
     return record
 
 
+CHECKPOINT_LINE = "verl could not write a checkpoint in"  # the demo's line (verl_rfpp.cpu.demo.checkpoint_failure)
+
+
+def disk_full(out: Path, estimator: str) -> dict:
+    """The ``disk-full`` point: the demo's run on a ``DIR/checkpoints`` too small for its second
+    checkpoint (a tmpfs, grown after, for the resume): the record of its end, as a kill's."""
+    checkpoints = out / "checkpoints"
+    checkpoints.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FULL_BYTES}", "tmpfs", str(checkpoints)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        return {"point": "disk-full", "reached": False, "output": f"mount: {mounted.stderr.strip()}"}
+    started = time.time()
+    process = demo(out, "--save-every", "1", "--estimator", estimator)
+    code = process.wait(timeout=RUN_LIMIT_S)
+    output = _demo_output(out)
+    line = [text for text in output.splitlines() if CHECKPOINT_LINE in text]
+    subprocess.run(["mount", "-o", "remount,size=64m", str(checkpoints)], check=True)
+    return {"point": "disk-full", "reached": True, "exit": code, "gone_s": round(time.time() - started, 3),
+            "alive_at_kill": 0, "left": len(run_processes(out)), "tracker_moved": False, "files_after_kill": 0,
+            "last_file_after_kill_s": None, "line": line[-1] if line else "", "traceback": "Traceback" in output,
+            "checkpoint": tracker(out), "lost": [s for s in logged_steps(out) if s > (tracker(out) or 0)],
+            "landed": code == 1 and bool(line) and "Traceback" not in output and tracker(out) == 1}
+
+
 def cell(base: Path, estimator: str, point: str, ref: dict) -> dict:
     out = base / f"{estimator}-{point}-{int(time.time())}"
     out.mkdir(parents=True)
     started = time.monotonic()
     kills = []
+    if point == "disk-full":
+        try:
+            kills.append(disk_full(out, estimator))
+            if kills[-1]["reached"]:
+                return _resumed({"estimator": estimator, "point": point, "kills": kills}, out, estimator, ref,
+                                started)
+            return {"estimator": estimator, "point": point, "kills": kills,
+                    "seconds": round(time.monotonic() - started, 1)}
+        finally:
+            subprocess.run(["umount", str(out / "checkpoints")], capture_output=True)
     if point == "resume-first-step":
         kills.append(kill_at(out, estimator, "checkpoint-1", resumed=False))
         if kills[-1]["reached"]:
@@ -279,22 +319,30 @@ def cell(base: Path, estimator: str, point: str, ref: dict) -> dict:
         kills.append(kill_at(out, estimator, point, resumed=False))
     record = {"estimator": estimator, "point": point, "kills": kills}
     if all(k["reached"] for k in kills):
-        (out / "trace.txt").unlink(missing_ok=True)
-        process = demo(out, "--resume", "--estimator", estimator)
-        code = process.wait(timeout=RUN_LIMIT_S)
-        text = _demo_output(out)
-        record.update(resume_exit=code, digest_same=digest_of(text) == ref["digest"],
-                      metrics_same=_read(out / "metrics.jsonl") == ref["metrics"],
-                      resumed_steps=re.findall(r"^step (\d+)/", text, re.M),
-                      left_after_resume=len(run_processes(out)))
+        return _resumed(record, out, estimator, ref, started)
     record["seconds"] = round(time.monotonic() - started, 1)
+    return record
+
+
+def _resumed(record: dict, out: Path, estimator: str, ref: dict, started: float) -> dict:
+    """``record`` with the resume of ``out`` to the end, compared with the uninterrupted run."""
+    (out / "trace.txt").unlink(missing_ok=True)
+    process = demo(out, "--resume", "--estimator", estimator)
+    code = process.wait(timeout=RUN_LIMIT_S)
+    text = _demo_output(out)
+    record.update(resume_exit=code, digest_same=digest_of(text) == ref["digest"],
+                  metrics_same=_read(out / "metrics.jsonl") == ref["metrics"],
+                  resumed_steps=re.findall(r"^step (\d+)/", text, re.M), left_after_resume=len(run_processes(out)),
+                  seconds=round(time.monotonic() - started, 1))
     return record
 
 
 def table(records: list[dict]) -> str:
     """One row per (estimator, kill point). ``worker``: "landed" is the demo's own end as it should
     be (exit 1 after checkpoint 1, the one line, no traceback, no process of the run left), and
-    "all gone after" the seconds from the worker's kill to the demo's exit."""
+    "all gone after" the seconds from the worker's kill to the demo's exit. ``disk-full``: "landed"
+    likewise (exit 1, the one line, no traceback, the tracker at 1); "all gone after" is the demo's
+    whole run, start to exit."""
     rows = ["| estimator | kill point | runs | landed where named | resumed to the identical digest and "
             "metrics.jsonl | completed steps lost | processes of the run at the kill | all gone after (s) | "
             "tracker moved after the kill | checkpoint files changed after the kill (latest, s) |",
