@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -242,6 +243,25 @@ def test_a_failed_checkpoint_write_is_one_line_naming_the_intact_checkpoint(tmp_
     failed.log = ["(TaskRunner pid=7) KeyError: 'actor_rollout_ref'\n"]
     assert demo.checkpoint_failure(failed, tmp_path) is None
     assert demo.checkpoint_failure(_result(), tmp_path) is None
+
+
+def test_the_trainers_temporary_files_stay_in_the_runs_folder(tmp_path, monkeypatch):
+    """verl makes a ``ckpt_<hash>.lock`` in the temporary folder for every checkpoint folder it
+    creates and never removes it (``verl.utils.fs.local_mkdir_safe``; its name hashes the path with
+    Python's per-process salted ``hash``): the trainer's TMPDIR is the run's folder, so they land
+    there; Ray's sessions stay in the launcher's temporary folder (a short path for its sockets)."""
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    env = launch.trainer_environment(tmp_path)
+    assert env["TMPDIR"] == str(tmp_path / launch.TEMP) and env["RAY_TMPDIR"] == tempfile.gettempdir()
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
+    assert launch.trainer_environment(tmp_path)["RAY_TMPDIR"] == str(tmp_path / "ray")
+    _, env = launch.command("reinforce_plus_plus_baseline", tmp_path / "run", assets_dir=tmp_path / "assets")
+    assert Path(env["TMPDIR"]).is_dir()
+    code = "import sys; from verl.utils.fs import local_mkdir_safe; local_mkdir_safe(sys.argv[1])"
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run" / "checkpoints" / "global_step_1")],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert len(list(Path(env["TMPDIR"]).glob("ckpt_*.lock"))) == 1
 
 
 def test_a_run_on_its_own_ray_passes_no_address_of_the_users(tmp_path, monkeypatch):

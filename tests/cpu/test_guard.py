@@ -117,7 +117,8 @@ def test_a_reused_pid_is_not_taken_for_a_process_of_the_run():
 # A "trainer" whose children carry Ray workers' titles (``exec -a``: argv[0] is what ``ps`` shows).
 WORKERS = """
 import subprocess, sys, time
-for title in ("ray::WorkerDict.update_actor", "ray::IDLE", "ray::HFRolloutServer"):
+for title in ("ray::WorkerDict.update_actor", "ray::IDLE", "ray::HFRolloutServer", "ray::RuntimeEnvAgent",
+              "ray::DashboardAgent"):
     subprocess.Popen(["bash", "-c", f"exec -a {title} sleep 600"], process_group=0)
 print("started", flush=True)
 time.sleep(600)
@@ -131,18 +132,21 @@ def _workers_trainer() -> tuple[subprocess.Popen, dict[str, int]]:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         titles = {guard.title(pid): pid for pid in guard.members({trainer.pid}, {})}
-        if {"ray::WorkerDict.update_actor", "ray::IDLE", "ray::HFRolloutServer"} <= set(titles):
+        if {"ray::WorkerDict.update_actor", "ray::IDLE", "ray::HFRolloutServer", *guard.RAY_AGENTS} <= set(titles):
             return trainer, titles
         time.sleep(0.05)
     raise AssertionError(titles)
 
 
-def test_the_watch_names_the_first_ray_worker_that_ends_and_not_an_idle_one():
+def test_the_watch_names_the_first_ray_worker_that_ends_and_not_an_idle_one_nor_an_agent():
+    """Neither an idle worker nor a node's agents (Ray ends them with the node: seen as a worker's
+    death when a Ray start timed out under load) are watched."""
     trainer, titles = _workers_trainer()
     try:
         watch = guard.WorkerWatch(trainer.pid)
-        assert watch.poll() == [] and len(watch.watched) == 2  # the idle worker is not watched
-        os.kill(titles["ray::IDLE"], signal.SIGKILL)
+        assert watch.poll() == [] and len(watch.watched) == 2  # neither the idle worker nor the agents
+        for name in ("ray::IDLE", *guard.RAY_AGENTS):
+            os.kill(titles[name], signal.SIGKILL)
         time.sleep(0.2)
         assert watch.poll() == []
         os.kill(titles["ray::WorkerDict.update_actor"], signal.SIGKILL)

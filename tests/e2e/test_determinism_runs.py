@@ -158,6 +158,8 @@ def test_a_killed_run_resumed_from_step_2_equals_the_run_straight_to_step_4(one_
     assert resumed.metrics == (straight_out / launch.METRICS).read_text().splitlines()  # steps 1-4
     for line in resumed.metrics[2:]:  # steps 3 and 4, logged by the resumed processes
         assert all(key in json.loads(line) for key in demo.RFPP_METRICS), line
+    # verl's checkpoint locks (never removed by verl) are in the run's folder, not in $TMPDIR
+    assert list((one_rank_runs["killed"].directory / launch.TEMP).glob("ckpt_*.lock"))
 
 
 @pytest.mark.e2e

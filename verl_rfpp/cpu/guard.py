@@ -110,6 +110,8 @@ def watch(log_path: str) -> None:
 
 
 IDLE = "ray::IDLE"  # the title of a Ray worker with no actor and no task (Ray may end it at any time)
+RAY_AGENTS = ("ray::RuntimeEnvAgent", "ray::DashboardAgent")  # a node's agents, not workers: Ray ends them with
+#                                                              the node (a Ray start that timed out, a shutdown)
 
 
 def title(pid: int) -> Optional[str]:
@@ -125,11 +127,11 @@ def title(pid: int) -> Optional[str]:
 
 class WorkerWatch:
     """The Ray workers of session ``sid`` that hold an actor or a task (title ``ray::Name...``,
-    not ``IDLE``): ``poll()`` returns ``[(pid, title), ...]`` of those seen gone since the last poll
-    (ended, a zombie, or its pid reused; several at once when Ray ends actors with the one that
-    died). The session is read every ``rescan_s`` (new workers); the watched pids every poll (a
-    few ``/proc`` reads). A worker seen back to ``IDLE`` is dropped (Ray ends idle workers when it
-    likes)."""
+    not ``IDLE`` nor one of ``RAY_AGENTS``): ``poll()`` returns ``[(pid, title), ...]`` of those
+    seen gone since the last poll (ended, a zombie, or its pid reused; several at once when Ray
+    ends actors with the one that died). The session is read every ``rescan_s`` (new workers);
+    the watched pids every poll (a few ``/proc`` reads). A worker seen back to ``IDLE`` is dropped
+    (Ray ends idle workers when it likes)."""
 
     def __init__(self, sid: int, rescan_s: float = 3.0):
         self.sid = sid
@@ -140,7 +142,7 @@ class WorkerWatch:
     def _see(self, pid: int, start: int) -> bool:
         """Record ``pid``'s current title; ``False`` if it is gone or idle."""
         name = title(pid)
-        if name is None or name == IDLE or not name.startswith("ray::"):
+        if name is None or name == IDLE or name in RAY_AGENTS or not name.startswith("ray::"):
             self.watched.pop(pid, None)
             return name is not None
         self.watched[pid] = (start, name.split(".", 1)[0])

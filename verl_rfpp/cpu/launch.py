@@ -23,6 +23,7 @@ from verl_rfpp.errors import RfppError
 METRICS = "metrics.jsonl"  # every step's metrics that the seed decides, one JSON line per step
 TIMING = "timing.jsonl"  # every step's metrics that the clock or the machine decides
 VERL_METRICS = "verl-metrics.jsonl"  # verl's ``file`` logger: one run's lines, before the split
+TEMP = "tmp"  # the trainer's TMPDIR in the run's folder: verl's checkpoint locks (verl/utils/fs.py) land there
 CHECKPOINTS = "checkpoints"  # trainer.default_local_dir
 GUARD_LOG = "guard.log"  # when the launcher ended and what of the run was killed then (``guard``)
 
@@ -263,6 +264,10 @@ def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
         "TENSORBOARD_DIR": str(out_dir / "tensorboard"),
         "VERL_FILE_LOGGER_PATH": str(out_dir / VERL_METRICS),
         trace.TRACE_ENV: str(out_dir / trace.TRACE_FILE),
+        # verl leaves a ckpt_<hash>.lock in the temporary folder for every checkpoint folder it makes and
+        # never removes it: the run's own folder takes them; Ray's sessions stay where they were
+        "TMPDIR": str(out_dir / TEMP),
+        "RAY_TMPDIR": env.get("RAY_TMPDIR") or tempfile.gettempdir(),
     })
     if not ours:
         env["VERL_USE_EXTERNAL_PLUGINS"] = "none"
@@ -284,6 +289,7 @@ def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False,
     overrides = trainer_overrides(estimator, paths, steps, legacy, out_dir, ranks, seed, ours, loggers, multi_turn,
                                   nodes, address, save_every, resume, example)
     env = {**trainer_environment(out_dir, ours), **(extra_env or {})}
+    Path(env["TMPDIR"]).mkdir(exist_ok=True)
     return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *extra_overrides], env
 
 
