@@ -247,9 +247,9 @@ def test_a_failed_checkpoint_write_is_one_line_naming_the_intact_checkpoint(tmp_
 
 def test_the_trainers_temporary_files_stay_in_the_runs_folder(tmp_path, monkeypatch):
     """verl makes a ``ckpt_<hash>.lock`` in the temporary folder for every checkpoint folder it
-    creates and never removes it (``verl.utils.fs.local_mkdir_safe``; its name hashes the path with
-    Python's per-process salted ``hash``): the trainer's TMPDIR is the run's folder, so they land
-    there; Ray's sessions stay in the launcher's temporary folder (a short path for its sockets)."""
+    creates and never removes it (``verl.utils.fs.local_mkdir_safe``; its name is Python's ``hash``
+    of the path, salted per process unless ``PYTHONHASHSEED`` is set): the trainer's TMPDIR is the
+    run's folder, so they land there; Ray's sessions stay where the launcher put them."""
     monkeypatch.delenv("RAY_TMPDIR", raising=False)
     env = launch.trainer_environment(tmp_path)
     assert env["TMPDIR"] == str(tmp_path / launch.TEMP) and env["RAY_TMPDIR"] == tempfile.gettempdir()
