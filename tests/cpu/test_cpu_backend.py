@@ -255,13 +255,13 @@ def test_the_trainers_temporary_files_stay_in_the_runs_folder(tmp_path, monkeypa
     assert env["TMPDIR"] == str(tmp_path / launch.TEMP) and env["RAY_TMPDIR"] == tempfile.gettempdir()
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
     assert launch.trainer_environment(tmp_path)["RAY_TMPDIR"] == str(tmp_path / "ray")
-    _, env = launch.command("reinforce_plus_plus_baseline", tmp_path / "run", assets_dir=tmp_path / "assets")
-    assert Path(env["TMPDIR"]).is_dir()
-    code = "import sys; from verl.utils.fs import local_mkdir_safe; local_mkdir_safe(sys.argv[1])"
-    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run" / "checkpoints" / "global_step_1")],
-                            capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr
-    assert len(list(Path(env["TMPDIR"]).glob("ckpt_*.lock"))) == 1
+    from verl.utils.fs import local_mkdir_safe
+
+    (tmp_path / launch.TEMP).mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again, as the trainer's processes do
+    monkeypatch.setenv("TMPDIR", env["TMPDIR"])
+    local_mkdir_safe(str(tmp_path / "checkpoints" / "global_step_1"))
+    assert len(list((tmp_path / launch.TEMP).glob("ckpt_*.lock"))) == 1
 
 
 def test_a_run_on_its_own_ray_passes_no_address_of_the_users(tmp_path, monkeypatch):

@@ -363,7 +363,7 @@ def test_the_committed_report_and_results_are_what_the_rule_says(spec):
     records, control = noisy_report.load(committed / "results.json")
     saved = json.loads((committed / "results.json").read_text())
     recomputed = json.loads(json.dumps(noisy_report.results(records, spec, control)))
-    for key in ("summary", "verdicts", "control_summary", "noise_effect", "noise_part", "matched"):
+    for key in ("summary", "verdicts", "control_summary", "noise_effect", "noise_part", "matched", "channels"):
         assert recomputed[key] == saved[key], key
     text = (committed / "report.md").read_text()
     generated = noisy_report.noisy_report_text(records, spec, control)

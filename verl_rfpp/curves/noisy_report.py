@@ -362,7 +362,15 @@ def bandit_paragraph(results: dict) -> str:
              f"at the last step")
     if level and level["seeds"]:
         text += f", in {_count(level['difference'], 1)} where both first reach informative true reward {LEVELS[0]:g}"
-    return text + "). That report compares the two claim by claim."
+    text += ")."
+    cells = results.get("channels", {}).get(lr, {})
+    if all(key in cells for key in (GRPO, OURS)):
+        text += (" A probe in verl's driver says through which parameters the flat prompts moved (its rule: a "
+                 f"channel carries the movement when it alone keeps at least {CARRIES:.0%} of the flat KL in every "
+                 "seed): " + "; ".join(
+                     f"{CHANNEL_OF[name]}: {cells[GRPO][name]['carries']} for GRPO, {cells[OURS][name]['carries']} "
+                     "for the baseline" for name in CHANNELS) + ".")
+    return text + " That report compares the two claim by claim."
 
 
 def _gap_table(records: list[dict], title: str) -> list[str]:
