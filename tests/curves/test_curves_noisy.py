@@ -24,11 +24,6 @@ def built(request, tmp_path_factory):
     return design, noisy_task.build_assets(tmp_path_factory.mktemp("noisy") / request.param, design)
 
 
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory):
-    return noisy_task.build_assets(tmp_path_factory.mktemp("noisy") / "assets", noisy_task.SEPARATE)
-
-
 def test_prompts_tokenize_as_verl_will_and_every_token_is_an_answer(built):
     from transformers import AutoConfig, AutoTokenizer
 

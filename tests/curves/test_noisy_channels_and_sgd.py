@@ -20,11 +20,6 @@ from verl_rfpp.curves.runs import METHODS
 P = noisy_task.PREFIX
 
 
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory):
-    return noisy_task.build_assets(tmp_path_factory.mktemp("noisy") / "assets", noisy_task.SEPARATE)
-
-
 def _probs(model, prompt_ids):
     with torch.no_grad():
         return [torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1)
