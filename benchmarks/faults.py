@@ -337,29 +337,57 @@ def _resumed(record: dict, out: Path, estimator: str, ref: dict, started: float)
     return record
 
 
-def table(records: list[dict]) -> str:
+def metrics_lines(out: Path, ref: dict) -> dict:
+    """``out``'s ``metrics.jsonl`` against the uninterrupted run's, by step: the steps whose line is
+    identical, those that differ, and those never logged (verl logs a step after writing its
+    checkpoint: a kill between the two leaves a step trained, saved and never logged)."""
+    def by_step(text: str) -> dict:
+        return {json.loads(line)["step"]: line for line in text.splitlines() if line.strip()}
+    mine, theirs = by_step(_read(out / "metrics.jsonl")), by_step(ref["metrics"])
+    return {"identical": sorted(s for s in mine if theirs.get(s) == mine[s]),
+            "differ": sorted(s for s in mine if theirs.get(s) != mine[s]),
+            "never_logged": sorted(set(theirs) - set(mine))}
+
+
+def _steps(steps: list[int]) -> str:
+    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 and steps == list(range(steps[0], steps[-1] + 1)) \
+        else ", ".join(map(str, steps))
+
+
+def table(records: list[dict], base: Path) -> str:
     """One row per (estimator, kill point). ``worker``: "landed" is the demo's own end as it should
     be (exit 1 after checkpoint 1, the one line, no traceback, no process of the run left), and
     "all gone after" the seconds from the worker's kill to the demo's exit. ``disk-full``: "landed"
     likewise (exit 1, the one line, no traceback, the tracker at 1); "all gone after" is the demo's
     whole run, start to exit."""
-    rows = ["| estimator | kill point | runs | landed where named | resumed to the identical digest and "
-            "metrics.jsonl | completed steps lost | processes of the run at the kill | all gone after (s) | "
-            "tracker moved after the kill | checkpoint files changed after the kill (latest, s) |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| estimator | kill point | runs | landed where named | resumed to the identical weights digest | "
+            "metrics.jsonl against the uninterrupted run's | completed steps lost | processes of the run at the "
+            "kill | all gone after (s) | tracker moved after the kill | checkpoint files changed after the kill "
+            "(latest, s) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     groups: dict = {}
     for record in records:
         groups.setdefault((record["estimator"], record["point"]), []).append(record)
     for (estimator, point), group in groups.items():
         kills = [k for r in group for k in r["kills"] if k.get("reached")]
         last = [r["kills"][-1] for r in group if r["kills"][-1].get("reached")]
-        survived = sum(bool(r.get("digest_same") and r.get("metrics_same") and r.get("resume_exit") == 0)
-                       for r in group)
+        refs = {e: json.loads(_read(base / f"ref-{e}" / "reference.json") or "{}") for e in {estimator}}
+        lines = []
+        for r in group:
+            folders = sorted(p for p in base.glob(f"{estimator}-{point}-*") if p.is_dir())
+            lines.append(metrics_lines(folders[group.index(r)], refs[estimator]) if len(folders) == len(group)
+                         else None)
+        survived = sum(bool(r.get("digest_same") and r.get("resume_exit") == 0) for r in group)
+        logged = "; ".join("?" if m is None else "identical" if not (m["differ"] or m["never_logged"]) else
+                           f"steps {_steps(m['identical'])} identical" + (f", {_steps(m['differ'])} differ"
+                                                                           if m["differ"] else "")
+                           + (f", step {_steps(m['never_logged'])} never logged" if m["never_logged"] else "")
+                           for m in lines)
         gone = [k["gone_s"] for k in kills]
         late = [k["last_file_after_kill_s"] for k in kills if k["last_file_after_kill_s"] is not None]
         rows.append(" | ".join([
             f"| {estimator}", point, str(len(group)), f"{sum(k['landed'] for k in last)}/{len(last)}",
-            f"{survived}/{len(group)}", ", ".join(str(len(k["lost"])) for k in last) or "-",
+            f"{survived}/{len(group)}", logged, ", ".join(str(len(k["lost"])) for k in last) or "-",
             ", ".join(str(k["alive_at_kill"]) for k in kills) or "-",
             ", ".join(f"{value:.2f}" for value in gone) or "-",
             f"{sum(k['tracker_moved'] for k in kills)} of {len(kills)}",
@@ -397,7 +425,7 @@ def main() -> int:
                     file.write(json.dumps(record) + "\n")
                 print(json.dumps(record), flush=True)
     records = [json.loads(line) for line in _read(records_path).splitlines()]
-    print(table(records))
+    print(table(records, args.out))
     return 0
 
 
