@@ -368,6 +368,13 @@ def test_the_committed_report_and_results_are_what_the_rule_says(spec):
         assert claim.text not in words
     bandit = " ".join((committed.parents[1] / "bandit.md").read_text().split())
     assert " ".join(noisy_report.bandit_paragraph(saved).split()) in bandit
+    # the hand-written "Why" section names the channel the rule found, and withdraws the AdamW explanation
+    cells = next(iter(saved["channels"].values()))
+    assert "## Why the baseline's flat prompts moved: through the shared layers, measured" in text
+    assert "**The\nAdamW explanation, which was about those rows, is withdrawn by the rule.**" in text
+    for key in (noisy_analysis.GRPO, noisy_analysis.OURS):
+        assert cells[key]["flat_kl_rows_reset"]["carries"] == "yes", key  # what the shared layers moved
+        assert cells[key]["flat_kl_shared_reset"]["carries"] == "no", key  # what their own rows moved
 
 
 def test_quick_run_refuses_bad_arguments(tmp_path, capsys):
