@@ -238,9 +238,24 @@ def test_a_failed_checkpoint_write_is_one_line_naming_the_intact_checkpoint(tmp_
     line = demo.checkpoint_failure(failed, tmp_path)
     folder = tmp_path / launch.CHECKPOINTS
     assert line == (f"verl could not write a checkpoint in {folder} (PermissionError: [Errno 13] Permission denied: "
-                    f"'{target}'); the checkpoint of step 1 is intact: make {folder} writable and continue with "
-                    f"--resume --out {tmp_path}")
-    failed.log = ["(TaskRunner pid=7) KeyError: 'actor_rollout_ref'\n"]
+                    f"'{target}'); the checkpoint of step 1 is intact: make {folder} writable, with free space, and "
+                    f"continue with --resume --out {tmp_path}")
+    # a full disk (measured: benchmarks/faults.py's disk-full point): torch's error names no path, the
+    # traceback runs through verl's checkpoint manager
+    manager = "/site-packages/verl/utils/checkpoint/fsdp_checkpoint_manager.py"
+    failed.log = ["Traceback (most recent call last):\n",
+                  '  File "/site-packages/verl/workers/engine_workers.py", line 725, in save_checkpoint\n',
+                  f'  File "{manager}", line 352, in save_checkpoint\n',
+                  "    torch.save(optimizer_state_dict, optim_path)\n",
+                  "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 127424 vs 127312\n",
+                  "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"]
+    assert demo.checkpoint_failure(failed, tmp_path) == (
+        f"verl could not write a checkpoint in {folder} (RuntimeError: [enforce fail at inline_container.cc:672] . "
+        f"unexpected pos 127424 vs 127312); the checkpoint of step 1 is intact: make {folder} writable, with free "
+        f"space, and continue with --resume --out {tmp_path}")
+    failed.log = ["Traceback (most recent call last):\n",
+                  '  File "/site-packages/verl/trainer/ppo/ray_trainer.py", line 9, in fit\n',
+                  "(TaskRunner pid=7) KeyError: 'actor_rollout_ref'\n"]
     assert demo.checkpoint_failure(failed, tmp_path) is None
     assert demo.checkpoint_failure(_result(), tmp_path) is None
 

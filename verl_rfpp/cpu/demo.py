@@ -125,22 +125,32 @@ def judge(estimator: str, result: RunResult, steps: int, ranks: int = 1) -> Verd
     return verdict
 
 
+def _in_checkpoint_write(log: str) -> bool:
+    """Whether the last traceback of verl's ``log`` runs through verl's checkpoint managers' save
+    (``verl/utils/checkpoint/``): a failed write whose error names no path, as torch's on a full
+    disk (``RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos``)."""
+    last = log.rfind("Traceback (most recent call last)")
+    return last >= 0 and "verl/utils/checkpoint/" in log[last:] and "in save_checkpoint" in log[last:]
+
+
 def checkpoint_failure(result: RunResult, out_dir: Path) -> Optional[str]:
     """What to tell a person whose run stopped because verl could not write a checkpoint in
-    ``out_dir`` (its decisive error names a path under ``out_dir/checkpoints``: a read-only or
-    full folder), in one line with the checkpoint that stays intact; for a run stopped by the death
-    of one of its Ray workers, ``worker_death``'s line; ``None`` for any other end (the demo prints
-    the line instead of verl's last log lines)."""
+    ``out_dir`` (its decisive error names a path under ``out_dir/checkpoints``, or its last
+    traceback runs through verl's checkpoint save: a read-only or full folder), in one line with
+    the checkpoint that stays intact; for a run stopped by the death of one of its Ray workers,
+    ``worker_death``'s line; ``None`` for any other end (the demo prints the line instead of
+    verl's last log lines)."""
     died = worker_death(result, out_dir)
     if died:
         return died
     checkpoints = Path(out_dir).resolve() / CHECKPOINTS
-    error = cluster.last_error("".join(result.log)) if result.returncode != 0 and not result.timed_out else None
-    if not error or str(checkpoints) not in error:
+    log = "".join(result.log)
+    error = cluster.last_error(log) if result.returncode != 0 and not result.timed_out else None
+    if not error or (str(checkpoints) not in error and not _in_checkpoint_write(log)):
         return None
     step = saved_step(out_dir)
-    kept = (f"the checkpoint of step {step} is intact: make {checkpoints} writable and continue with --resume --out "
-            f"{out_dir}" if step is not None else "no checkpoint was saved before it")
+    kept = (f"the checkpoint of step {step} is intact: make {checkpoints} writable, with free space, and continue "
+            f"with --resume --out {out_dir}" if step is not None else "no checkpoint was saved before it")
     return f"verl could not write a checkpoint in {checkpoints} ({error}); {kept}"
 
 
