@@ -140,11 +140,13 @@ class WorkerWatch:
         self._scanned = float("-inf")
 
     def _see(self, pid: int, start: int) -> bool:
-        """Record ``pid``'s current title; ``False`` if it is gone or idle."""
+        """Record ``pid``'s current title; ``False`` if it is gone or ending (no command line: the
+        kernel releases it before the process is a zombie), ``True`` otherwise (an idle worker or
+        one not Ray's is dropped, not gone)."""
         name = title(pid)
-        if name is None or name == IDLE or name in RAY_AGENTS or not name.startswith("ray::"):
+        if not name or name == IDLE or name in RAY_AGENTS or not name.startswith("ray::"):
             self.watched.pop(pid, None)
-            return name is not None
+            return bool(name)
         self.watched[pid] = (start, name.split(".", 1)[0])
         return True
 
