@@ -251,12 +251,14 @@ def test_doctor_prints_only_its_own_lines_and_verbose_shows_verls(tmp_path):
     assert loud.stdout.splitlines() == lines[1:] and os.listdir(tmp_path) == []  # nothing of its own left
 
 
-def _in_its_environment(variable: str, value: str) -> list[psutil.Process]:
-    """The processes whose environment has ``variable=value`` (what a command's children inherit)."""
+def _in_its_environment(variable: str, value: str, below: bool = False) -> list[psutil.Process]:
+    """The processes whose environment has ``variable=value`` (what a command's children inherit),
+    or with ``below`` a path under the folder ``value`` (the trainer's TMPDIR is its run's ``tmp/``)."""
     found = []
     for process in psutil.process_iter():
         try:
-            if process.environ().get(variable) == value:
+            seen = process.environ().get(variable)
+            if seen == value or (below and seen and seen.startswith(value.rstrip("/") + "/")):
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -311,8 +313,8 @@ def test_ctrl_c_in_bandit_is_one_line_and_exit_130(tmp_path):
 def test_ctrl_c_in_demo_stops_the_trainer_and_its_ray_and_removes_the_temporary_folder(tmp_path):
     ray_dirs: list[str] = []
 
-    def training(lines):  # verl's Ray is up: its raylet carries the demo's environment
-        raylets = [p for p in _in_its_environment("TMPDIR", str(tmp_path)) if "raylet" in p.name()]
+    def training(lines):  # verl's Ray is up: its raylet carries the demo's environment (TMPDIR: the run's tmp/)
+        raylets = [p for p in _in_its_environment("TMPDIR", str(tmp_path), below=True) if "raylet" in p.name()]
         ray_dirs[:] = [p.environ()["RAY_TMPDIR"] for p in raylets]
         return bool(raylets)
 
