@@ -49,6 +49,13 @@ def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+def _next_token_probs(model, prompts: list[list[int]]) -> list[list[float]]:
+    """The softmax of ``model``'s next-token logits after each prompt, in float64."""
+    with torch.no_grad():
+        return [torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1).tolist()
+                for ids in prompts]
+
+
 class HFRolloutServer:
     """Holds a transformers causal LM and samples from it; weights arrive through ``load_weights``."""
 
@@ -58,6 +65,7 @@ class HFRolloutServer:
 
         torch.manual_seed(seed)
         self.seed, self.model_path = seed, model_path
+        self._start_model = None  # the weights at model_path, loaded on counterfactual_probs' first call
         self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32,
                                                           attn_implementation="sdpa").eval()
         self.prompt_length, self.response_length = prompt_length, response_length
@@ -83,10 +91,7 @@ class HFRolloutServer:
     def next_token_probs(self, prompts: list[list[int]]) -> tuple[int, list[list[float]]]:
         """``(global_steps, [softmax of the next-token logits after each prompt])`` under the loaded
         weights: the exact distribution of a one-token answer at temperature 1 (a metrics probe's read)."""
-        with torch.no_grad():
-            probs = [torch.softmax(self.model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1).tolist()
-                     for ids in prompts]
-        return self.global_steps, probs
+        return self.global_steps, _next_token_probs(self.model, prompts)
 
     def counterfactual_probs(self, prompts: list[list[int]],
                              rows: list[int]) -> tuple[int, dict[str, list[list[float]]]]:
@@ -99,16 +104,15 @@ class HFRolloutServer:
         from transformers import AutoModelForCausalLM
 
         with torch.random.fork_rng(devices=[]), torch.no_grad():
-            if getattr(self, "_start_model", None) is None:
+            if self._start_model is None:
                 self._start_model = AutoModelForCausalLM.from_pretrained(
                     self.model_path, torch_dtype=torch.float32, attn_implementation="sdpa").eval()
             index = torch.tensor(rows, dtype=torch.long)
             rows_reset, shared_reset = copy.deepcopy(self.model), copy.deepcopy(self._start_model)
             rows_reset.get_input_embeddings().weight[index] = self._start_model.get_input_embeddings().weight[index]
             shared_reset.get_input_embeddings().weight[index] = self.model.get_input_embeddings().weight[index]
-            probs = {name: [torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), dim=-1)
-                            .tolist() for ids in prompts]
-                     for name, model in (("rows_reset", rows_reset), ("shared_reset", shared_reset))}
+            probs = {"rows_reset": _next_token_probs(rows_reset, prompts),
+                     "shared_reset": _next_token_probs(shared_reset, prompts)}
         return self.global_steps, probs
 
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
