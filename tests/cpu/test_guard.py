@@ -2,7 +2,8 @@
 place of verl's: a launcher that starts a guard and a "trainer" in a session of its own, which
 starts children in process groups of their own (as Ray's raylet starts its workers) and a
 grandchild that leaves the session (``setsid``). The launcher is killed with SIGKILL, or ends
-normally; either way every process of the run is gone within ``BOUND_S``. The trainer run by
+normally; either way every process of the run is gone within ``BOUND_S``, and so is the folder the
+launcher told the guard was the run's (as the demo's launcher tells it Ray's temporary folder). The trainer run by
 verl with the demo is tests/e2e/test_determinism_runs.py's ``test_nothing_of_a_killed_demo_outlives_it``."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ BOUND_S = 5.0  # launcher gone -> no process of the run alive (measured: under 0
 # The "trainer": children in process groups of their own, and one that leaves the session.
 TRAINER = """
 import os, subprocess, sys, time
+log = open(os.path.join(sys.argv[1], "session.log"), "a")  # a file of the run's folder, open while it runs
 for _ in range(2):
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], process_group=0)
 subprocess.Popen(["setsid", sys.executable, "-c", "import time; time.sleep(600)"])
@@ -42,7 +44,8 @@ spec = importlib.util.spec_from_file_location("guard", sys.argv[4])  # not throu
 guard = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(guard)
 with guard.Guard(sys.argv[1]) as watch:
-    trainer = subprocess.Popen([sys.executable, "-c", sys.argv[2]], stdout=subprocess.PIPE, text=True,
+    watch.folder(sys.argv[5])
+    trainer = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[5]], stdout=subprocess.PIPE, text=True,
                                start_new_session=True)
     watch.session(trainer.pid)
     trainer.stdout.readline()
@@ -65,8 +68,9 @@ def _run_processes(marker: str) -> list[psutil.Process]:
 
 def _launch(tmp_path: Path, then: str) -> tuple[subprocess.Popen, list[psutil.Process], str]:
     marker = f"{os.getpid()}-{tmp_path.name}-{then}"
+    (tmp_path / "run-tmp" / "session").mkdir(parents=True)
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path / "guard.log"), TRAINER, then,
-                                 guard.__file__],
+                                 guard.__file__, str(tmp_path / "run-tmp")],
                                 stdout=subprocess.PIPE, text=True, start_new_session=True,
                                 env={**os.environ, "RFPP_GUARD_TEST": marker})
     json.loads(launcher.stdout.readline())
@@ -93,13 +97,18 @@ def test_a_launcher_killed_with_sigkill_leaves_nothing_of_its_run(tmp_path, how)
     assert not left, [(p.pid, p.cmdline()) for p in left]
     assert time.monotonic() - started < BOUND_S
     assert _run_processes(marker) == []
-    assert "killed 4 processes of the run, none left after" in (tmp_path / "guard.log").read_text()
+    while not (tmp_path / "guard.log").exists() and time.monotonic() - started < BOUND_S:
+        time.sleep(0.05)  # the guard writes its line last
+    line = (tmp_path / "guard.log").read_text()
+    assert "killed 4 processes of the run, none left after" in line and "removed 1 of the 1 folders" in line, line
+    assert not (tmp_path / "run-tmp").exists()
 
 
 def test_a_launcher_that_ends_normally_leaves_nothing_either(tmp_path):
     launcher, run, _ = _launch(tmp_path, "end")
     assert launcher.wait(timeout=30) == 0  # leaving the with block closed the pipe and waited for the guard
     assert [p for p in run if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert not (tmp_path / "run-tmp").exists()
 
 
 def test_a_reused_pid_is_not_taken_for_a_process_of_the_run():

@@ -55,8 +55,9 @@ KILL_BOUND_S = 10.0  # SIGKILL of the demo's process group -> no process of its 
 class KilledRun:
     """A ``verl-rfpp demo`` killed with SIGKILL: what it printed, the digests and verl's metrics
     lines of its steps (its trace, ``verl-metrics.jsonl``), the processes of its run alive at the
-    kill and those still alive ``KILL_BOUND_S`` later, the checkpoint verl's tracker named at the
-    kill and after, and the files under ``checkpoints/`` changed after the kill."""
+    kill and those still alive ``KILL_BOUND_S`` later, Ray's temporary folders (its processes'
+    ``RAY_TMPDIR``) and those still there then, the checkpoint verl's tracker named at the kill and
+    after, and the files under ``checkpoints/`` changed after the kill."""
 
     directory: Path
     out: str
@@ -64,6 +65,8 @@ class KilledRun:
     metrics: dict
     alive_at_kill: list
     left: list
+    ray_folders: set
+    ray_folders_left: list
     tracker: tuple
     written_after: list
 
@@ -80,17 +83,32 @@ def _kill_demo(arguments: list[str], out: Path, ready) -> KilledRun:
             time.sleep(0.05)
         assert demo.poll() is None, printed.read_text()
         alive = run_processes(out)
+        ray_folders = {_environment(p).get("RAY_TMPDIR") for p in alive} - {None}
         at_kill, killed_at = launch.saved_step(out), time.time()
         os.killpg(demo.pid, signal.SIGKILL)
         demo.wait()
     gone, left = psutil.wait_procs(alive, timeout=KILL_BOUND_S)
+    while "launcher ended" not in _text(out / launch.GUARD_LOG) and time.time() - killed_at < KILL_BOUND_S:
+        time.sleep(0.05)  # the guard removes the run's folders after its processes, then writes its line
+    ray_folders_left = sorted(folder for folder in ray_folders if os.path.exists(folder))
     written_after = [str(path) for path in (out / launch.CHECKPOINTS).rglob("*") if path.stat().st_mtime > killed_at]
     lines = [json.loads(line) for line in (out / launch.VERL_METRICS).read_text().splitlines()]
     metrics = {line["step"]: {"step": line["step"], **{key: line["data"][key] for key in sorted(line["data"])
                                                         if not launch.is_clock_metric(key)}} for line in lines}
     digests = launch.weight_digests((out / "trace.txt").read_text().splitlines())
-    return KilledRun(out, printed.read_text(), digests, metrics, alive, left, (at_kill, launch.saved_step(out)),
-                     written_after)
+    return KilledRun(out, printed.read_text(), digests, metrics, alive, left, ray_folders, ray_folders_left,
+                     (at_kill, launch.saved_step(out)), written_after)
+
+
+def _environment(process: psutil.Process) -> dict:
+    try:
+        return process.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return {}
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +151,12 @@ def test_one_rank_same_seed_same_weights_and_metrics_every_step(one_rank_runs):
 def test_nothing_of_a_killed_demo_outlives_it(one_rank_runs):
     """SIGKILL of the demo's process group (the launcher alone: the trainer has a session of its
     own): within ``KILL_BOUND_S`` no process of the run is alive (the trainer and its Ray: the guard,
-    ``verl_rfpp.cpu.guard``, killed them), and no checkpoint was written after the kill."""
+    ``verl_rfpp.cpu.guard``, killed them), Ray's temporary folder is removed, and no checkpoint was
+    written after the kill."""
     killed = one_rank_runs["killed"]
     assert len(killed.alive_at_kill) >= 5, killed.alive_at_kill  # the trainer, Ray's GCS and raylet, workers
     assert not killed.left, [(p.pid, p.name()) for p in killed.left]
+    assert len(killed.ray_folders) == 1 and not killed.ray_folders_left, (killed.ray_folders, killed.ray_folders_left)
     assert killed.tracker == (2, 2) and not killed.written_after, (killed.tracker, killed.written_after)
     assert "step 4/4" not in killed.out, killed.out
     assert "killed" in (killed.directory / launch.GUARD_LOG).read_text()

@@ -3,17 +3,20 @@
 ``Guard`` (in the launcher) starts this file as a script (``python -I``: the standard library only,
 no import of verl) in a session of its own, its stdin a pipe whose write end only the launcher
 holds, and tells it what belongs to the run: ``session SID`` (the trainer's session: verl's driver
-and the Ray processes it starts) and ``pid PID`` (a process started otherwise, e.g. a local Ray
-cluster's node). End of file on the pipe means the launcher ended, however: it closed the pipe, or
+and the Ray processes it starts), ``pid PID`` (a process started otherwise, e.g. a local Ray
+cluster's node) and ``folder PATH`` (a temporary folder of the run's, e.g. Ray's). End of file on
+the pipe means the launcher ended, however: it closed the pipe, or
 it was killed and the kernel closed it. The guard then stops (SIGSTOP: none can fork, train or
 write a file while they are gathered) and kills (SIGKILL) every process of those sessions, those
-pids and all their descendants, until none is left, and appends one line to its log: when the
-launcher ended, how many processes it killed, how long they took to go.
+pids and all their descendants, until none is left, removes the run's folders (once no process of
+the run is left to write into them), and appends one line to its log: when the launcher ended, how
+many processes it killed, how long they took to go, how many folders it removed.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,17 +99,26 @@ def watch(log_path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the launcher, which then closes the pipe
     sessions: set[int] = set()
     roots: dict[int, int] = {}
+    folders: list[str] = []
     for line in sys.stdin:
         kind, _, number = line.partition(" ")
         if kind == "session":
             sessions.add(int(number))
         elif kind == "pid" and _stat(int(number)):
             roots[int(number)] = _stat(int(number))[2]
+        elif kind == "folder":
+            folders.append(number.rstrip("\n"))
     ended = time.time()
     killed, seconds, left = reap(sessions, roots)
     outcome = f"none left after {seconds:.3f} s" if not left else f"{left} still alive after {seconds:.3f} s"
+    present = [folder for folder in folders if os.path.isdir(folder)]
+    if not left:  # a process still alive may be writing there: its folders stay, and the line says so
+        for folder in present:
+            shutil.rmtree(folder, ignore_errors=True)
+    removed = sum(not os.path.exists(folder) for folder in present)
     with open(log_path, "a") as log:
-        log.write(f"launcher ended at {ended:.3f}; killed {killed} processes of the run, {outcome}\n")
+        log.write(f"launcher ended at {ended:.3f}; killed {killed} processes of the run, {outcome}; "
+                  f"removed {removed} of the {len(present)} folders of the run still there\n")
 
 
 IDLE = "ray::IDLE"  # the title of a Ray worker with no actor and no task (Ray may end it at any time)
@@ -182,9 +194,9 @@ class Guard:
                                         start_new_session=True)
         return self
 
-    def _tell(self, kind: str, pid: int) -> None:
+    def _tell(self, kind: str, what: object) -> None:
         assert self.process is not None and self.process.stdin is not None
-        self.process.stdin.write(f"{kind} {pid}\n")
+        self.process.stdin.write(f"{kind} {what}\n")
         self.process.stdin.flush()
 
     def session(self, sid: int) -> None:
@@ -194,6 +206,12 @@ class Guard:
     def pid(self, pid: int) -> None:
         """Process ``pid`` and its descendants belong to the run."""
         self._tell("pid", pid)
+
+    def folder(self, path: str) -> None:
+        """The folder ``path`` is the run's: removed once none of its processes is left."""
+        if "\n" in path:
+            raise ValueError(f"a folder whose name holds a line break: {path!r}")
+        self._tell("folder", path)
 
     def __exit__(self, *exc_info: object) -> None:
         """Close the pipe and wait for the guard to have killed what was left of the run."""

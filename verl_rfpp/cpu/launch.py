@@ -540,6 +540,7 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
             # paths are short)
             with tempfile.TemporaryDirectory(prefix="rfpp-ray-", dir="/tmp", ignore_cleanup_errors=True) as ray_tmp:
                 os.makedirs(os.path.join(ray_tmp, "ray"))
+                watch.folder(ray_tmp)  # removed by the guard if this process dies before the block's end
                 result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers,
                               assets_dir, multi_turn, on_step, extra_overrides=extra_overrides,
                               extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})}, save_every=save_every,
@@ -551,6 +552,7 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
                                       node_env=node_env) as ray_cluster:
                 for pid in ray_cluster.processes():
                     watch.pid(pid)
+                watch.folder(ray_cluster.temp_dir)
                 result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers,
                               assets_dir, multi_turn, on_step, nodes, ray_cluster.address, extra_overrides,
                               extra_env, save_every, resume, example)
