@@ -368,7 +368,8 @@ def table(records: list[dict], base: Path) -> str:
     groups: dict = {}
     for record in records:
         groups.setdefault((record["estimator"], record["point"]), []).append(record)
-    for (estimator, point), group in groups.items():
+    for (estimator, point), group in sorted(groups.items(), key=lambda item: (ESTIMATORS.index(item[0][0]),
+                                                                            POINTS.index(item[0][1]))):
         kills = [k for r in group for k in r["kills"] if k.get("reached")]
         last = [r["kills"][-1] for r in group if r["kills"][-1].get("reached")]
         refs = {e: json.loads(_read(base / f"ref-{e}" / "reference.json") or "{}") for e in {estimator}}
