@@ -116,7 +116,8 @@ def one_rank_runs(tmp_path_factory):
     """verl's v1 trainer on 1 rank, REINFORCE++-baseline with the k2 loss, seed 0: ``straight``
     (``launch.run``) to step 4; ``killed``: ``verl-rfpp demo --steps 4 --save-every 2`` killed
     with SIGKILL once it logged step 2 (its checkpoint saved; step 3 under way), then ``resumed``:
-    ``verl-rfpp demo --steps 4 --resume`` in the same directory; ``other``: seed 1, 1 step."""
+    ``verl-rfpp demo --steps 4 --resume`` in the same directory; ``doctor``: ``verl-rfpp doctor``
+    between the kill and the resume (its exit code and output); ``other``: seed 1, 1 step."""
     def run(name, steps, **options):
         out = tmp_path_factory.mktemp(name)
         result = launch.run(ESTIMATOR, out, steps=steps, echo=False, timeout=900, **options)
@@ -133,9 +134,12 @@ def one_rank_runs(tmp_path_factory):
     for name, cut in ((launch.VERL_METRICS, '{"step": 3, "data": {"critic/sc'), (trace.TRACE_FILE, "tokens pid=1 ra")):
         with open(out / name, "a") as handle:  # as a kill in the middle of a write leaves them
             handle.write(cut)
+    doctor = subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", "doctor"], capture_output=True, text=True,
+                            timeout=600)
     resumed = _demo(["--steps", "4", "--resume"], out)
     assert resumed.code == 0, resumed.out
-    return {"straight": straight, "killed": killed, "resumed": resumed, "other": run("other", 1, seed=1)}
+    return {"straight": straight, "killed": killed, "doctor": doctor, "resumed": resumed,
+            "other": run("other", 1, seed=1)}
 
 
 @pytest.mark.e2e
@@ -180,6 +184,18 @@ def test_a_killed_run_resumed_from_step_2_equals_the_run_straight_to_step_4(one_
         assert all(key in json.loads(line) for key in demo.RFPP_METRICS), line
     # verl's checkpoint locks (never removed by verl) are in the run's folder, not in $TMPDIR
     assert list((one_rank_runs["killed"].directory / launch.TEMP).glob("ckpt_*.lock"))
+
+
+@pytest.mark.e2e
+def test_doctor_after_a_killed_run_gives_a_fresh_machines_verdict(one_rank_runs):
+    """What the kill could leave to the next process (a numba cache, the plugin's registration, the
+    kernels' files) leaves ``verl-rfpp doctor`` as on a fresh install (tests/e2e/test_packaging.py):
+    every check ok, and active."""
+    doctor = one_rank_runs["doctor"]
+    checks = [line for line in doctor.stdout.splitlines() if line.startswith(("ok  ", "FAIL"))]
+    assert doctor.returncode == 0 and checks, doctor.stdout + doctor.stderr
+    assert all(line.startswith("ok  ") for line in checks), doctor.stdout
+    assert doctor.stdout.rstrip().endswith("verl-rfpp is active."), doctor.stdout
 
 
 @pytest.mark.e2e
