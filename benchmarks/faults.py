@@ -22,6 +22,9 @@ run's files every 20 ms):
   needed; else the cell says why it did not run), so verl's write of checkpoint 2 fails with
   ENOSPC; the demo must stop by itself (exit 1, the one line, no traceback), the tracker at 1;
   then the tmpfs grows (``mount -o remount``, its files kept) and ``--resume`` runs to the end.
+- ``read-only``: no kill: ``DIR/checkpoints`` is a tmpfs remounted read-only as verl's tracker says 1
+  (a read-only folder does not stop root; a read-only mount does), so verl's write of checkpoint 2
+  fails with EROFS; judged as ``disk-full``; then it is remounted read-write and ``--resume`` runs.
 
 Per kill: whether it landed where named, the checkpoint verl's tracker names after it, the steps
 the killed run had logged beyond that checkpoint (lost), the processes of the run alive at the kill
@@ -51,7 +54,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ESTIMATORS = ("reinforce_plus_plus_baseline", "reinforce_plus_plus")
-POINTS = ("checkpoint-write", "update", "rollout", "after-checkpoint", "resume-first-step", "worker", "disk-full")
+POINTS = ("checkpoint-write", "update", "rollout", "after-checkpoint", "resume-first-step", "worker", "disk-full",
+          "read-only")
+FAILED_WRITES = ("disk-full", "read-only")  # no kill: verl's write of checkpoint 2 fails, the demo must stop itself
 FULL_BYTES = 700 * 1024  # a tmpfs this size holds the demo's first checkpoint (431 KB) and not its second
 STEPS = 4
 RUN_LIMIT_S = 1800  # one demo, on a loaded 2-core machine
@@ -273,22 +278,33 @@ def kill_at(out: Path, estimator: str, point: str, resumed: bool) -> dict:
 CHECKPOINT_LINE = "verl could not write a checkpoint in"  # the demo's line (verl_rfpp.cpu.demo.checkpoint_failure)
 
 
-def disk_full(out: Path, estimator: str) -> dict:
-    """The ``disk-full`` point: the demo's run on a ``DIR/checkpoints`` too small for its second
-    checkpoint (a tmpfs, grown after, for the resume): the record of its end, as a kill's."""
+def failed_write(out: Path, estimator: str, point: str) -> dict:
+    """The ``disk-full`` and ``read-only`` points: the demo's run on a ``DIR/checkpoints`` too small
+    for its second checkpoint, or made read-only once the first is recorded (a tmpfs, made writable
+    and large after, for the resume): the record of its end, as a kill's."""
     checkpoints = out / "checkpoints"
     checkpoints.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FULL_BYTES}", "tmpfs", str(checkpoints)],
+    size = FULL_BYTES if point == "disk-full" else 64 * 1024 * 1024
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(checkpoints)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
-        return {"point": "disk-full", "reached": False, "output": f"mount: {mounted.stderr.strip()}"}
+        return {"point": point, "reached": False, "output": f"mount: {mounted.stderr.strip()}"}
     started = time.time()
     process = demo(out, "--save-every", "1", "--estimator", estimator)
+    if point == "read-only":
+        if not wait_for(lambda: tracker(out) == 1, process, out, {}):
+            process.wait()
+            return {"point": point, "reached": False, "output": _demo_output(out)[-2000:]}
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(checkpoints)], capture_output=True, text=True)
+        if remounted.returncode != 0:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return {"point": point, "reached": False, "output": f"mount -o remount,ro: {remounted.stderr.strip()}"}
     code = process.wait(timeout=RUN_LIMIT_S)
     output = _demo_output(out)
     line = [text for text in output.splitlines() if CHECKPOINT_LINE in text]
-    subprocess.run(["mount", "-o", "remount,size=64m", str(checkpoints)], check=True)
-    return {"point": "disk-full", "reached": True, "exit": code, "gone_s": round(time.time() - started, 3),
+    subprocess.run(["mount", "-o", "remount,rw,size=64m", str(checkpoints)], check=True)
+    return {"point": point, "reached": True, "exit": code, "gone_s": round(time.time() - started, 3),
             "alive_at_kill": 0, "left": len(run_processes(out)), "tracker_moved": False, "files_after_kill": 0,
             "last_file_after_kill_s": None, "line": line[-1] if line else "", "traceback": "Traceback" in output,
             "checkpoint": tracker(out), "lost": [s for s in logged_steps(out) if s > (tracker(out) or 0)],
@@ -300,9 +316,9 @@ def cell(base: Path, estimator: str, point: str, ref: dict) -> dict:
     out.mkdir(parents=True)
     started = time.monotonic()
     kills = []
-    if point == "disk-full":
+    if point in FAILED_WRITES:
         try:
-            kills.append(disk_full(out, estimator))
+            kills.append(failed_write(out, estimator, point))
             if kills[-1]["reached"]:
                 return _resumed({"estimator": estimator, "point": point, "kills": kills}, out, estimator, ref,
                                 started)
@@ -327,6 +343,8 @@ def cell(base: Path, estimator: str, point: str, ref: dict) -> dict:
 def _resumed(record: dict, out: Path, estimator: str, ref: dict, started: float) -> dict:
     """``record`` with the resume of ``out`` to the end, compared with the uninterrupted run."""
     (out / "trace.txt").unlink(missing_ok=True)
+    if (out / "verl.log").exists():  # the resume writes its own: the failed run's stays as evidence
+        (out / "verl.log").rename(out / "verl.failed.log")
     process = demo(out, "--resume", "--estimator", estimator)
     code = process.wait(timeout=RUN_LIMIT_S)
     text = _demo_output(out)
@@ -357,7 +375,7 @@ def _steps(steps: list[int]) -> str:
 def table(records: list[dict], base: Path) -> str:
     """One row per (estimator, kill point). ``worker``: "landed" is the demo's own end as it should
     be (exit 1 after checkpoint 1, the one line, no traceback, no process of the run left), and
-    "all gone after" the seconds from the worker's kill to the demo's exit. ``disk-full``: "landed"
+    "all gone after" the seconds from the worker's kill to the demo's exit. ``disk-full``, ``read-only``: "landed"
     likewise (exit 1, the one line, no traceback, the tracker at 1); "all gone after" is the demo's
     whole run, start to exit."""
     rows = ["| estimator | kill point | runs | landed where named | resumed to the identical weights digest | "

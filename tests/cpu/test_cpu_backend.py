@@ -345,6 +345,39 @@ def test_of_workers_gone_at_once_the_one_ray_s_error_names_is_the_one_that_died(
     assert (unseen.death.pid, unseen.death.title, unseen.death.after_step) == (4284, "ray::WorkerDict", 1)
 
 
+def test_a_worker_ended_by_verls_own_failure_is_not_its_cause(tmp_path):
+    """Seen in the fault matrix's ``read-only`` point (benchmarks/faults.py; a loaded machine): verl
+    failed to write checkpoint 2 on a read-only mount, its shutdown ended the
+    ``TransferQueueController``, and the watch saw that before the driver's error reached the
+    launcher. The driver's error of its own (no Ray word of a death) decides: no death, and the
+    demo's line is the checkpoint's. With Ray's word that a worker died, the death stays."""
+    (tmp_path / launch.CHECKPOINTS).mkdir()
+    (tmp_path / launch.CHECKPOINTS / launch.TRACKER).write_text("1")
+    target = tmp_path / launch.CHECKPOINTS / "global_step_2"
+    log = ["Error executing job with overrides: ['algorithm.adv_estimator=reinforce_plus_plus_baseline']\n",
+           "Traceback (most recent call last):\n",
+           '  File "verl/trainer/main_ppo.py", line 56, in run_ppo\n',
+           "ray.exceptions.RayTaskError(OSError): ray::TaskRunnerV1.run() (pid=19140, ip=127.0.0.1)\n",
+           f"OSError: [Errno 30] Read-only file system: '{target}'\n"]
+    result = launch.RunResult(returncode=1, log=log, planned_steps=4)
+    result.death = launch.WorkerDeath(17311, "ray::TransferQueueController", 1, 0.0)
+    launch._name_death(result, 1)
+    assert result.death is None
+    folder = tmp_path / launch.CHECKPOINTS
+    assert demo.checkpoint_failure(result, tmp_path) == (
+        f"verl could not write a checkpoint in {folder} (OSError: [Errno 30] Read-only file system: '{target}'); "
+        f"the checkpoint of step 1 is intact: make {folder} writable, with free space, and continue with --resume "
+        f"--out {tmp_path}")
+    died = launch.RunResult(returncode=1, log=[*log, *ACTOR_DIED_LOG.splitlines(keepends=True)])
+    died.death = launch.WorkerDeath(4284, "ray::WorkerDict", 1, 0.0)
+    launch._name_death(died, 1)
+    assert (died.death.pid, died.death.title) == (4284, "ray::WorkerDict")
+    stopped = launch.RunResult(returncode=-9, log=log)  # verl did not stop within the grace: the launcher did
+    stopped.death = launch.WorkerDeath(17311, "ray::TransferQueueController", 1, 0.0, stopped_by_launcher=True)
+    launch._name_death(stopped, 1)
+    assert stopped.death is not None
+
+
 def test_a_dead_worker_is_one_line_naming_it_and_how_to_resume(tmp_path):
     """The demo's one line for a run stopped by a dead Ray worker: which worker, after which step,
     how the run stopped, and the resume command with the run's own options (or why the folder

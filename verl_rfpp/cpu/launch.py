@@ -417,7 +417,8 @@ class WorkerDeath:
 
 
 # Ray's errors for a call on an actor or a task whose worker process ended
-DEATH_ERRORS = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "ActorUnavailableError", "NodeDiedError")
+DEATH_ERRORS = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "ActorUnavailableError", "NodeDiedError",
+                "OwnerDiedError", "ObjectLostError")  # Ray's words that a process of the run is gone
 
 
 def _driver_failed(log: Sequence[str]) -> bool:
@@ -439,12 +440,18 @@ def _death_in_log(log: Sequence[str], after_step: int) -> Optional[WorkerDeath]:
 
 
 def _name_death(result: RunResult, last_step: int) -> None:
-    """After the trainer ended: a death the watch did not see is taken from Ray's error in verl's
-    log (``_death_in_log``); when Ray's error names a worker, that one died, whatever the watch saw
-    end first (those Ray ended with it: a 2-rank run's ``TransferQueueController``; or, on a loaded
-    machine, verl's ``TaskRunnerV1`` ending on the error before the watch looked at the dead worker)."""
+    """After the trainer ended: a death the watch saw is no death when verl's driver failed on an
+    error of its own (``_driver_failed``: its shutdown ended the worker, and on a loaded machine the
+    watch can see that before the driver's error reaches the launcher); a death the watch did not
+    see is taken from Ray's error in verl's log (``_death_in_log``); when Ray's error names a
+    worker, that one died, whatever the watch saw end first (those Ray ended with it: a 2-rank
+    run's ``TransferQueueController``; or, on a loaded machine, verl's ``TaskRunnerV1`` ending on
+    the error before the watch looked at the dead worker)."""
     named = _death_in_log(result.log, last_step) if result.returncode != 0 else None
-    if result.death is None and not result.timed_out:
+    if result.death and not result.death.stopped_by_launcher and named is None and _driver_failed(result.log):
+        result.death = None  # verl's driver failed on an error of its own (a checkpoint it could not write): the
+        #                      worker the watch saw end before that error reached this process was its shutdown
+    elif result.death is None and not result.timed_out:
         result.death = named
     elif result.death and named and named.pid != result.death.pid:
         result.death.with_it = [(p, t) for p, t in result.death.with_it if p != named.pid]
