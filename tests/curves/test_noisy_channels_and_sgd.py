@@ -18,6 +18,7 @@ from verl_rfpp.curves import noisy, noisy_analysis, noisy_report, noisy_runs, no
 from verl_rfpp.curves.runs import METHODS
 
 P = noisy_task.PREFIX
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "curves" / "noisy"
 
 
 def _probs(model, prompt_ids):
@@ -197,3 +198,45 @@ def test_a_design_without_a_chosen_sgd_rate_is_refused_without_lrs():
     assert "has no chosen --optimizer sgd learning rate; give one with --lrs" in noisy.noisy_problem(args)
     assert noisy.noisy_problem(argparse.Namespace(**{**vars(args), "lrs": [0.1]})) is None
     assert noisy.noisy_problem(argparse.Namespace(**{**vars(args), "design": "separate"})) is None
+
+
+def test_restored_runs_are_the_ones_a_command_reuses(tmp_path):
+    """``noisy_runs.restore``: a results.json's runs written where ``train_one`` reuses them (so it
+    trains nothing) and ``finished`` reads them; written once; another run in a run's place refused."""
+    committed = json.loads((DOCS / "results.json").read_text())["runs"]
+    chosen = [r for r in committed if r["seed"] == 0 and r["noise_std"] == 0.1]
+    assert len(chosen) == 3
+    written = noisy_runs.restore(tmp_path, chosen)
+    assert [p.parent.name for p in written] == [noisy_runs.run_dir(
+        tmp_path, noisy_task.SEPARATE, next(m for m in METHODS if m.key == r["method"]["key"]), r["lr"], 0.1, 0).name
+        for r in chosen]
+    design = noisy_task.SEPARATE
+    assert noisy_runs.finished(tmp_path, design, 40, (design.lr,), 0.1) == sorted(
+        chosen, key=lambda r: [m.key for m in METHODS].index(r["method"]["key"]))
+    method = next(m for m in METHODS if m.key == "verl_grpo")
+    assert noisy_runs.train_one(method, 0, 40, design.lr, tmp_path, design, 0.1) == \
+        next(r for r in chosen if r["method"]["key"] == "verl_grpo")
+    assert noisy_runs.restore(tmp_path, chosen) == []
+    other = {**chosen[0], "weights_sha256": "0" * 64}
+    with pytest.raises(noisy_runs.CurvesError, match=f"holds a run with weights sha256 {chosen[0]['weights_sha256']}"):
+        noisy_runs.restore(tmp_path, [other])
+
+
+def test_the_sgd_arm_runs_finished_so_far_are_committed_and_no_verdict_is_stated():
+    """docs/curves/noisy/sgd-runs.json: the SGD arm's runs finished so far (GRPO and ours, noisy and
+    noise-free, 40 steps at the design's SGD rate, each run once, the metrics results.json keeps);
+    the report states their count and no SGD verdict exists until all are done."""
+    saved = json.loads((DOCS / "sgd-runs.json").read_text())
+    design = noisy_task.SEPARATE
+    cells = [(r["method"]["key"], r["noise_std"], r["seed"]) for r in saved["runs"]]
+    assert len(set(cells)) == len(cells) and saved["planned"] == 2 * 2 * 8
+    assert {key for key, _, _ in cells} <= {"verl_grpo", "ours_baseline"} and {n for _, n, _ in cells} <= {0.1, 0.0}
+    assert all(0 <= seed < 8 for _, _, seed in cells)
+    for record in saved["runs"]:
+        assert (record["optimizer"], record["lr"], record["steps"], record["design"]) == \
+            ("sgd", design.sgd_lr, 40, design.key)
+        assert set(record["metrics"]) <= set(noisy_report.KEPT) and set(noisy_task.METRICS) <= set(record["metrics"])
+        assert len(record["weights_sha256"]) == 64
+    report = " ".join((DOCS / "report.md").read_text().split())
+    assert f"{len(cells)} of the {saved['planned']} runs" in report
+    assert not (DOCS / "sgd-report.md").exists() and not (DOCS / "sgd-results.json").exists()

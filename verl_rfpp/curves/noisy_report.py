@@ -586,6 +586,11 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
     return "\n".join(lines) + "\n"
 
 
+def kept(record: dict) -> dict:
+    """A run's record with only the metrics results.json keeps (``KEPT``: all the report reads)."""
+    return {**record, "metrics": {tag: values for tag, values in record["metrics"].items() if tag in KEPT}}
+
+
 def results(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> dict:
     """results.json: settings, the start, the summary, the verdicts (with each claim's word), the
     noise-free ``control``'s summary, the noise's effect and part, matched progress, every run's
@@ -600,13 +605,11 @@ def results(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> 
                 "prompts_per_step": design.prompts_per_step, "samples_per_prompt": design.samples, "window": WINDOW,
                 "levels": list(LEVELS), "quality": {row["text"]: row["quality"] for row in spec["prompts"]}}
     clean = summarize_noisy(list(control), start) if control else {}
-    kept = [{**record, "metrics": {tag: values for tag, values in record["metrics"].items() if tag in KEPT}}
-            for record in (*records, *control)]
     return {"settings": settings, "initial": start, "best_quality": best_quality(spec),
             "prompt_blind_quality": prompt_blind_quality(spec), "summary": table, "verdicts": verdicts(table),
             "control_summary": clean, "noise_effect": noise_effect(table, clean),
             "noise_part": noise_part(table, clean), "matched": matched(records), "channels": channels(table),
-            "runs": kept}
+            "runs": [kept(record) for record in (*records, *control)]}
 
 
 def load(path: Path) -> tuple[list[dict], tuple[dict, ...]]:

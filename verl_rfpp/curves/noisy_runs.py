@@ -91,6 +91,28 @@ def train_one(method: Method, seed: int, steps: int, lr: float, out: Path, desig
     return record
 
 
+def restore(out: Path, records: list[dict]) -> list[Path]:
+    """Each run of ``records`` (a results.json's ``runs``) written as the ``run.json`` ``train_one``
+    reuses and ``finished`` reads in ``out``, so a command continues runs made elsewhere (one already
+    there with the same weights digest is kept; another run in its place is refused): the files
+    written."""
+    written = []
+    for record in records:
+        method = next(m for m in METHODS if m.key == record["method"]["key"])
+        done = run_dir(out, noisy_task.DESIGNS[record["design"]], method, record["lr"], record["noise_std"],
+                       record["seed"], optimizer_of(record)) / "run.json"
+        if done.exists():
+            there = json.loads(done.read_text())["weights_sha256"]
+            if there != record["weights_sha256"]:
+                raise CurvesError(f"{done} holds a run with weights sha256 {there}, not {record['weights_sha256']}: "
+                                  "restore into another --out")
+            continue
+        done.parent.mkdir(parents=True, exist_ok=True)
+        done.write_text(json.dumps(record))
+        written.append(done)
+    return written
+
+
 def assets_dir(out: Path, design: noisy_task.Design) -> Path:
     """Where the design's tokenizer, model and task.json are built under ``--out``."""
     return out / "assets" / f"noisy_{design.key}"
