@@ -58,6 +58,7 @@ POINTS = ("checkpoint-write", "update", "rollout", "after-checkpoint", "resume-f
           "read-only")
 FAILED_WRITES = ("disk-full", "read-only")  # no kill: verl's write of checkpoint 2 fails, the demo must stop itself
 FULL_BYTES = 700 * 1024  # a tmpfs this size holds the demo's first checkpoint (431 KB) and not its second
+ROOM_BYTES = 64 * 1024 * 1024  # a tmpfs this size holds every checkpoint of the demo (the resume's too)
 STEPS = 4
 RUN_LIMIT_S = 1800  # one demo, on a loaded 2-core machine
 GONE_LIMIT_S = 60
@@ -284,7 +285,7 @@ def failed_write(out: Path, estimator: str, point: str) -> dict:
     and large after, for the resume): the record of its end, as a kill's."""
     checkpoints = out / "checkpoints"
     checkpoints.mkdir()
-    size = FULL_BYTES if point == "disk-full" else 64 * 1024 * 1024
+    size = FULL_BYTES if point == "disk-full" else ROOM_BYTES
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(checkpoints)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
@@ -303,7 +304,7 @@ def failed_write(out: Path, estimator: str, point: str) -> dict:
     code = process.wait(timeout=RUN_LIMIT_S)
     output = _demo_output(out)
     line = [text for text in output.splitlines() if CHECKPOINT_LINE in text]
-    subprocess.run(["mount", "-o", "remount,rw,size=64m", str(checkpoints)], check=True)
+    subprocess.run(["mount", "-o", f"remount,rw,size={ROOM_BYTES}", str(checkpoints)], check=True)
     return {"point": point, "reached": True, "exit": code, "gone_s": round(time.time() - started, 3),
             "alive_at_kill": 0, "left": len(run_processes(out)), "tracker_moved": False, "files_after_kill": 0,
             "last_file_after_kill_s": None, "line": line[-1] if line else "", "traceback": "Traceback" in output,

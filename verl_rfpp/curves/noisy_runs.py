@@ -98,7 +98,7 @@ def restore(out: Path, records: list[dict]) -> list[Path]:
     written."""
     written = []
     for record in records:
-        method = next(m for m in METHODS if m.key == record["method"]["key"])
+        (method,) = methods_of((record["method"]["key"],))
         done = run_dir(out, noisy_task.DESIGNS[record["design"]], method, record["lr"], record["noise_std"],
                        record["seed"], optimizer_of(record)) / "run.json"
         if done.exists():
