@@ -350,25 +350,36 @@ def test_the_command_line_names_one_command_per_seed_count():
         "--methods ours_baseline verl_grpo`")
 
 
-def test_the_committed_report_and_results_are_what_the_rule_says(spec):
-    """Every word and number of report.md's generated part, results.json's summaries and verdicts,
-    and docs/bandit.md's paragraph on these runs are recomputed from results.json's runs: a sentence
-    that disagrees with them fails here."""
-    committed = Path(__file__).resolve().parents[2] / "docs" / "curves" / "noisy"
-    records, control = noisy_report.load(committed / "results.json")
-    saved = json.loads((committed / "results.json").read_text())
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "curves" / "noisy"
+
+
+@pytest.mark.parametrize("optimizer", sorted(noisy_task.OPTIMIZERS))
+def test_the_committed_report_and_results_are_what_the_rule_says(spec, optimizer):
+    """Every word and number of the optimizer's report's generated part (report.md, sgd-report.md),
+    its results.json's summaries and verdicts, and docs/bandit.md's paragraph on these runs are
+    recomputed from the results.json's runs: a sentence that disagrees with them fails here."""
+    name = lambda file: noisy_report.output_name(noisy_task.SEPARATE.key, file, optimizer)  # noqa: E731
+    records, control = noisy_report.load(COMMITTED / name("results.json"))
+    assert {noisy_runs.optimizer_of(r) for r in (*records, *control)} == {optimizer}
+    saved = json.loads((COMMITTED / name("results.json")).read_text())
     recomputed = json.loads(json.dumps(noisy_report.results(records, spec, control)))
     for key in ("summary", "verdicts", "control_summary", "noise_effect", "noise_part", "matched", "channels"):
         assert recomputed[key] == saved[key], key
-    text = (committed / "report.md").read_text()
+    text = (COMMITTED / name("report.md")).read_text()
     generated = noisy_report.noisy_report_text(records, spec, control)
-    assert text.startswith(generated), "docs/curves/noisy/report.md differs from what its results.json gives"
+    assert text.startswith(generated), f"docs/curves/noisy/{name('report.md')} differs from what its results.json gives"
     words = " ".join(text[len(generated):].split())
     for claim in noisy_analysis.CLAIMS:  # the hand-written notes repeat no verdict
         assert claim.text not in words
-    bandit = " ".join((committed.parents[1] / "bandit.md").read_text().split())
+    bandit = " ".join((COMMITTED.parents[1] / "bandit.md").read_text().split())
     assert " ".join(noisy_report.bandit_paragraph(saved).split()) in bandit
-    # the hand-written "Why" section names the channel the rule found, and withdraws the AdamW explanation
+
+
+def test_the_hand_written_why_names_the_channel_the_rule_found():
+    """report.md's hand-written "Why" section names the channel the AdamW runs' rule found and
+    withdraws the AdamW explanation, as results.json's channel words say."""
+    saved = json.loads((COMMITTED / "results.json").read_text())
+    text = (COMMITTED / "report.md").read_text()
     cells = next(iter(saved["channels"].values()))
     assert "## Why the baseline's flat prompts moved: through the shared layers, measured" in text
     assert "**The\nAdamW explanation, which was about those rows, is withdrawn by the rule.**" in text
