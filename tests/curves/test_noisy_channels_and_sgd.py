@@ -242,6 +242,7 @@ def test_the_committed_sgd_arm_is_the_planned_runs():
     report = " ".join((DOCS / "report.md").read_text().split())
     assert "[sgd-report.md](sgd-report.md)" in report
     # the level the SGD rate was chosen for, stated before the runs, is the one its report reads against
+    assert set(noisy_analysis.LEARNED) == set(noisy_task.OPTIMIZERS)  # a level for every optimizer, no other
     level = noisy_analysis.LEARNED["sgd"]
     assert f"its level lowered to {level:.1f} so that some rate meets it" in report
     assert f"reads against the level {level:.1f} stated above for the SGD rate" in report
