@@ -4,9 +4,9 @@ database and its other storage (``.hypothesis/``, by default in the cwd) lives i
 directory removed at exit. The two-minute tier (``-m "not slow and not e2e"``) stays honest:
 in a run that deselects ``slow``, a test of the tier that starts a process fails, naming itself;
 a cache a library builds with a helper process on first use is built before the first test.
-Nothing is left in ``$TMPDIR`` either: what the suite's libraries put there by default (torch's
-``torchinductor_USER`` cache, made when verl imports ``torch._dynamo``; Hypothesis's home) goes
-to one scratch directory per process, removed when the process's session ends."""
+Nothing is left in ``$TMPDIR`` either: pytest's own ``tmp_path`` folders and what the suite's libraries
+put there by default (torch's ``torchinductor_USER`` cache, made when verl imports ``torch._dynamo``;
+Hypothesis's home) go to one scratch directory per process, removed when the process's session ends."""
 
 from __future__ import annotations
 
@@ -230,6 +230,16 @@ def cached_composition(request):
         if getattr(request.module, "compose_verl_config", None) is full:
             patch.setattr(request.module, "compose_verl_config", compose_verl_config)
         yield True
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest's own temporary folders (``tmp_path``) live in this process's scratch directory unless
+    ``--basetemp`` names a place: by default pytest keeps ``$TMPDIR/pytest-of-USER/pytest-N`` (the
+    last three runs) after the session. An xdist worker is given ``BASETEMP/gwN`` by the controller,
+    inside the controller's scratch, removed when the controller exits."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = os.path.join(_SCRATCH, "pytest")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -6,6 +6,7 @@ pytest session (pytester) with the same conftest and markers."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,10 @@ def test_imports_verl():
 @given(st.text())
 def test_draws_text(text):  # Hypothesis writes its unicode and constants caches into its home
     assert isinstance(text, str)
+
+
+def test_writes_tmp_path(tmp_path):  # pytest's own folder: $TMPDIR/pytest-of-USER/pytest-N by default
+    (tmp_path / "file").write_text("x")
 """
 
 
@@ -190,18 +195,22 @@ def test_a_run_leaves_nothing_in_tmpdir(pytester: pytest.Pytester, tmp_path: Pat
                                         workers: list[str]) -> None:
     """A run with tests/conftest.py, in one process and on two xdist workers (whose processes end
     without ``atexit``), leaves a private ``TMPDIR`` as it found it, pytest's own ``pytest-of-*``
-    aside (before: ``torchinductor_USER``, made when verl imports ``torch._dynamo``; and in the
-    loaded tier both workers' ``verl-rfpp-hypothesis-*``, removed at exit only, which execnet skips
+    included (before: pytest's ``pytest-of-USER/pytest-N``, kept after the session;
+    ``torchinductor_USER``, made when verl imports ``torch._dynamo``; and in the loaded tier both
+    workers' ``verl-rfpp-hypothesis-*``, removed at exit only, which execnet skips
     with ``os._exit`` when a worker takes over 10 s to end)."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "VERL_RFPP_TESTS_SCRATCH"):  # as a fresh run has them: unset
+    # as a fresh run has them: unset (pytester points pytest's temporary root elsewhere)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "VERL_RFPP_TESTS_SCRATCH", "PYTEST_DEBUG_TEMPROOT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     pytester.makeconftest((TESTS / "conftest.py").read_text())
     pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n    e2e: e2e\n")
     pytester.makepyfile(test_leaves=LEAVES)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not slow and not e2e", *workers)
-    result.assert_outcomes(passed=2)
-    assert sorted(name for name in os.listdir(scratch) if not name.startswith("pytest-of-")) == []
+    # Not runpytest_subprocess: it passes --basetemp, and pytest's default one is what this test watches.
+    result = pytester.run(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "not slow and not e2e",
+                          *workers, str(pytester.path), timeout=600)
+    result.assert_outcomes(passed=3)
+    assert sorted(os.listdir(scratch)) == []
