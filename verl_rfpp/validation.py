@@ -151,9 +151,6 @@ class ConfigViolationError(RfppError):
         super().__init__("\n".join(lines))
 
 
-_MISSING = object()
-
-
 
 
 def _reason(error: Exception) -> str:
@@ -180,7 +177,7 @@ ADDED_KEYS = frozenset({"trainer.v1.sync.parameter_sync_step"})
 def _override(key: str, value: Any, config: DictConfig) -> str:
     """The command-line override that sets ``key`` to ``value``, pasteable after any command:
     ``++`` for a key verl's config lacks or ``config`` does not have."""
-    present = OmegaConf.select(config, key, default=_MISSING) is not _MISSING
+    present = OmegaConf.select(config, key, default=ABSENT) is not ABSENT
     return f"{'' if present and key not in ADDED_KEYS else '++'}{key}={value}"
 
 
@@ -275,11 +272,11 @@ def _complete(config: DictConfig, estimator: Estimator, rule: Rule) -> list[Viol
     found = [
         rule.violation(key.name, ABSENT, "present", (f"++{key.name}={estimator.recipe_value(key.name, key.fallback)}",))
         for key in required_keys(estimator)
-        if _get(config, key.name, _MISSING) is _MISSING
+        if _get(config, key.name, ABSENT) is ABSENT
     ]
     for key in typed_keys().values():
-        value = _get(config, key.name, _MISSING)
-        if value is _MISSING or (value is None and key.optional) or (value is not None and _has_type(value, key.kind)):
+        value = _get(config, key.name, ABSENT)
+        if value is ABSENT or (value is None and key.optional) or (value is not None and _has_type(value, key.kind)):
             continue
         got = "null" if value is None else type(value).__name__
         found.append(rule.violation(
