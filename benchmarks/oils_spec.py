@@ -144,7 +144,7 @@ class Outcome:
 
 
 def _bash_builtins() -> frozenset:
-    result = subprocess.run([BASH, "-c", "compgen -b; compgen -k"], capture_output=True, text=True, check=True)
+    result = subprocess.run([BASH, "-c", "compgen -b"], capture_output=True, text=True, check=True)
     return frozenset(result.stdout.split())
 
 
@@ -153,6 +153,18 @@ __rec() {{ builtin printf '%s\\0' "$#" "$@" >> {records}; }}
 echo() {{ __rec echo "$@"; builtin echo "$@"; }}
 printf() {{ __rec printf "$@"; builtin printf "$@"; }}
 command_not_found_handle() {{ __rec "$@"; return 0; }}
+"""
+
+
+_ENV = """#!{bash}
+# env as the reader models it: -i, -u NAME, NAME=VALUE, then a program: a stand-in here or recorded
+# (by the prelude's command_not_found_handle, in a bash that has only it); with no program, the real env.
+args=("$@"); i=0
+while (( i < ${{#args[@]}} )); do
+  case ${{args[i]}} in -i|-u|-[iu]*|*=*) [[ ${{args[i]}} == -u ]] && i=$((i + 1)); i=$((i + 1)) ;; *) break ;; esac
+done
+(( i == ${{#args[@]}} )) && exec {env} "$@"
+exec {env} "${{args[@]:0:i}}" {bash} -c 'source {prelude}; unset -f echo printf; "$@"' env "${{args[@]:i}}"
 """
 
 
@@ -170,6 +182,10 @@ class Judge:
         self.records = self.root / "records"
         self.prelude = self.root / "prelude.sh"
         self.prelude.write_text(_PRELUDE.format(records=shlex.quote(str(self.records))))
+        for name in ("basename", "dirname"):  # programs the reader models: the real ones, not recorded
+            (self.bin / name).symlink_to(shutil.which(name))
+        (self.bin / "env").write_text(_ENV.format(bash=BASH, env=shutil.which("env"), prelude=self.prelude))
+        (self.bin / "env").chmod(0o755)
         self.bash_builtins = _bash_builtins()
         self._count = 0
         return self
@@ -239,9 +255,10 @@ class Judge:
             os.chdir(cwd)
             builtins.BUILTINS.update(saved)
         if outcome.result == "":
+            unknown = any(reader.is_unknown(word) for record in records for word in record)
             outcome.reader_records[:] = [tuple(reader.shown(word) if reader.is_unknown(word) else word
                                                for word in record) for record in records]
-            outcome.reason = "unknown" if any(reader.is_unknown(word) for record in records for word in record) else ""
+            outcome.reason = "unknown" if unknown else ""
 
     def _bash(self, script: Path, environment: dict, work: Path) -> tuple:
         self.records.unlink(missing_ok=True)
