@@ -62,10 +62,9 @@ BASH = "/bin/bash"
 BASH_TIMEOUT = 5.0
 READ_TIMEOUT = 20
 _ANNOTATION = re.compile(r"^##( |$)")
-_BLOCK = re.compile(r"^## (?:[A-Za-z-]+(?:/[A-Za-z-]+)* )?(STDOUT|STDERR):\s*$")
 
 # Cases outside the modeled subset whatever the reader does: they start another shell or a real program.
-_ELSEWHERE = re.compile(r"\$\{?SH\b|\b(?:sh|bash|dash|zsh|mksh)\s+-c\b|(?:^|[\s;|&(])/(?:usr/)?s?bin/")
+_ELSEWHERE = re.compile(r"\$\{?SH\b|\b(?:sh|bash|dash|zsh|mksh)\s+-c\b|(?:^|[\s;|&(])/(?:usr/)?s?bin/|\bPATH=")
 # Pipeline parts and ``&`` bodies run at once: bash does not fix the order in which they record.
 _CONCURRENT = re.compile(r"(?<![|])\|(?![|])|(?<![&>])&(?![&>])")
 # Constructs docs/contract.md section 6.5 lists as refused: a refusal of a case holding one is "outside".
@@ -127,6 +126,7 @@ class Outcome:
     reader_records: list = field(default_factory=list)
     reader_status: Optional[int] = None
     assumptions: tuple = ()
+    unknown_values: tuple = ()
 
     def report(self, verbose: bool) -> str:
         head = f"{self.result:8} {self.case.file}:{self.case.line} {self.case.name}"
@@ -152,7 +152,7 @@ _PRELUDE = """unset BASH_ENV
 __rec() {{ builtin printf '%s\\0' "$#" "$@" >> {records}; }}
 echo() {{ __rec echo "$@"; builtin echo "$@"; }}
 printf() {{ __rec printf "$@"; builtin printf "$@"; }}
-command_not_found_handle() {{ __rec "$@"; return 0; }}
+command_not_found_handle() {{ __rec "$@"; [[ -p /dev/stdin ]] && while IFS= read -r -d '' _; do :; done; return 0; }}
 """
 
 
@@ -211,7 +211,7 @@ class Judge:
 
     def _read(self, outcome: Outcome, script: Path, environment: dict, work: Path) -> None:
         builtins, parse, shell = self._modules
-        records = outcome.reader_records
+        records, by_path = outcome.reader_records, []
         try:
             parse.parse_script(script.read_bytes(), str(script))
         except parse.ReadError as error:
@@ -221,6 +221,8 @@ class Judge:
         def answer(reader, command):
             if not reader.is_unknown(command.words[0]) and command.words[0] in self.bash_builtins:
                 return shell.Answer(None, None)  # a builtin bash runs itself, which the reader does not model
+            if "/" in command.words[0]:
+                by_path.append(command.words[0])  # bash runs it (or fails), no handler: outside
             records.append(tuple(command.words))
             return shell.Answer(0, "")
 
@@ -245,6 +247,7 @@ class Judge:
             reader = shell.Shell(script, [], environment, answer, cwd=str(work), invoked_as=str(script))
             outcome.reader_status = reader.read()
             outcome.assumptions = tuple(reader.assumptions)
+            outcome.unknown_values = tuple(reader.unknowns.values())
         except (parse.ReadError, RecursionError) as error:
             outcome.result, outcome.reason = "refused", str(error) or type(error).__name__
         except Exception as error:  # noqa: BLE001 (a traceback is an outcome: check would crash)
@@ -254,8 +257,10 @@ class Judge:
             signal.signal(signal.SIGALRM, previous)
             os.chdir(cwd)
             builtins.BUILTINS.update(saved)
+        if outcome.result == "" and by_path:
+            outcome.result, outcome.reason = "outside", f"runs a program by path: {reader.shown(by_path[0])[:60]}"
         if outcome.result == "":
-            unknown = any(reader.is_unknown(word) for record in records for word in record)
+            unknown = bool(reader.unknowns)
             outcome.reader_records[:] = [tuple(reader.shown(word) if reader.is_unknown(word) else word
                                                for word in record) for record in records]
             outcome.reason = "unknown" if unknown else ""
@@ -270,11 +275,23 @@ class Judge:
             process.wait(timeout=BASH_TIMEOUT)
         except subprocess.TimeoutExpired:
             pass
+        status = process.wait() if process.returncode is None else process.returncode
+        deadline = time.monotonic() + BASH_TIMEOUT
+        while _alive(process.pid) and time.monotonic() < deadline:  # its children left running in the background
+            time.sleep(0.005)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         status = process.wait()
         data = self.records.read_bytes() if self.records.exists() else b""
         return _records(data), status
+
+
+def _alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _records(data: bytes) -> list:
@@ -297,14 +314,16 @@ def _compare(outcome: Outcome) -> None:
     if _ELSEWHERE.search(code):
         outcome.result, outcome.reason = "outside", "starts another shell or a program by path"
         return
-    unknown = outcome.reason == "unknown"
+    unknown = outcome.reason.startswith("unknown")
     same = outcome.bash_records == outcome.reader_records or (
         _CONCURRENT.search(code) is not None and sorted(outcome.bash_records) == sorted(outcome.reader_records))
     status = outcome.reader_status is None or outcome.reader_status == outcome.bash_status
     if same and status:
         outcome.result, outcome.reason = "exact", ""
     elif unknown:
-        outcome.result, outcome.reason = "unknown", "the argvs differ where the reader holds an unknown value"
+        outcome.result = "unknown"
+        held = ", ".join(f"line {where}: {what}" for where, what in outcome.unknown_values)
+        outcome.reason = f"they differ; the reading held unknown values ({held[:160]})"
     else:
         outcome.result = "assumed" if outcome.assumptions else "WRONG"
         outcome.reason = "other argvs" if not same else f"exit {outcome.reader_status}, bash's {outcome.bash_status}"
