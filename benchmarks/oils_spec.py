@@ -7,7 +7,8 @@ is another project's code: it is not committed here, this script reads it from a
 bare git directory given on the command line, and writes each case only into a temporary directory
 it removes. It starts processes and needs oils, so no test runs it; it is a tool for a person.
 
-A case is the code under a ``#### name`` header up to its first ``## `` annotation (oils' expected
+A case is the code under a ``#### name`` header up to its first ``## `` annotation, or its ``## code:``
+line (oils' expected
 output is not used: bash is the judge). Both sides see the same text and record the argv of every
 command that prints or runs: ``echo`` and ``printf`` (bash: functions, loaded by ``BASH_ENV`` so that
 line numbers do not move, that record and call the builtin; the reader: its builtins wrapped the
@@ -23,12 +24,14 @@ Outcome of a case:
 - ``exact``: the same argvs, in order (in any order where pipeline parts or ``&`` bodies record), and
   the same exit status where the reader knows it;
 - ``refused``: the reader raised ``ReadError`` (check's exit 2);
-- ``unknown``: the argvs differ only where the reader holds an unknown value (it said it cannot know);
+- ``unknown``: they differ, and the reading held an unknown value (a marker: it said it cannot know);
 - ``assumed``: they differ where the reader printed an assumption (check's ``assumed:`` line);
 - ``outside``: outside the modeled subset: tree-sitter-bash cannot parse it, it starts another shell
-  (``$SH``, ``sh -c``), runs a program by path, or the reader refused a construct docs/contract.md
+  (``$SH``, ``sh -c``), runs a program by path or sets ``PATH``, or the reader refused a construct docs/contract.md
   section 6.5 lists as refused (``eval``, ``read``, brace expansion, ``${!V}``, ...);
 - ``WRONG``: different argvs or status, read confidently; ``CRASH``: another exception.
+
+"tried" counts the cases inside the modeled subset (all but ``outside``).
 
 Command line (the worktree's root on ``PYTHONPATH``)::
 
@@ -90,13 +93,16 @@ class Case:
 
 def split_cases(text: str, file: str = "") -> list:
     """The cases of a spec file: the lines after each ``#### name`` up to its first ``## `` annotation
-    (a multi-line ``## STDOUT:`` ... ``## END`` block included, which holds no code)."""
+    (a multi-line ``## STDOUT:`` ... ``## END`` block holds no code), or the text of its ``## code:``
+    line (oils' way to write code a spec file could not hold: an unterminated quote)."""
     cases, header, code, in_code = [], None, [], False
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("#### "):
             if header is not None:
                 cases.append(Case(file, header[0], header[1], "\n".join(code).strip("\n") + "\n"))
             header, code, in_code = (line[5:].strip(), number), [], True
+        elif header is not None and line.startswith("## code: "):
+            code, in_code = [line[len("## code: "):]], False  # a case written on its annotation line
         elif header is not None and in_code:
             if _ANNOTATION.match(line):
                 in_code = False
@@ -352,14 +358,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 wrong += outcome.result in ("WRONG", "CRASH")
                 if args.verbose or outcome.result in ("WRONG", "CRASH"):
                     print(outcome.report(args.verbose), flush=True)
-    width = max(len(name) for name in counts) + 2
-    print(f"\n{'file':{width}} {'tried':>6} " + " ".join(f"{r:>8}" for r in RESULTS))
     total = dict.fromkeys(RESULTS, 0)
-    for name, row in counts.items():
-        print(f"{name:{width}} {sum(row.values()):6} " + " ".join(f"{row[r]:8}" for r in RESULTS))
+    for row in counts.values():
         for result in RESULTS:
             total[result] += row[result]
-    print(f"{'total':{width}} {sum(total.values()):6} " + " ".join(f"{total[r]:8}" for r in RESULTS))
+    width = max(len(name) for name in (*counts, "total")) + 2
+    columns = ("outside", "exact", "refused", "unknown", "assumed", "WRONG", "CRASH")
+    print(f"\n{'file':{width}} {'cases':>6} {'outside':>8} {'tried':>6} " + " ".join(f"{r:>8}" for r in columns[1:]))
+    for name, row in [*counts.items(), ("total", total)]:
+        cases = sum(row.values())
+        print(f"{name:{width}} {cases:6} {row['outside']:8} {cases - row['outside']:6} "
+              + " ".join(f"{row[r]:8}" for r in columns[1:]))
     print(f"({time.monotonic() - start:.0f} s)")
     return 1 if wrong else 0
 

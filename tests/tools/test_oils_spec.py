@@ -38,16 +38,23 @@ also not code
 # a comment between cases (after the annotations: not code)
 #### no annotation at all
 echo last
+
+#### code on the annotation line
+# a comment
+## code: ls foo bar '
+## status: 2
 """
 
 
 def test_cases_are_the_code_before_the_first_annotation():
     cases = oils_spec.split_cases(TEXT, "demo")
     assert [(case.name, case.line) for case in cases] == [
-        ("first case", 5), ("block output, then code-like lines in the block", 11), ("no annotation at all", 23)]
+        ("first case", 5), ("block output, then code-like lines in the block", 11), ("no annotation at all", 23),
+        ("code on the annotation line", 26)]
     assert cases[0].code == "a=1\necho $a\n"
     assert cases[1].code == "echo 'x y'\nargv.py $x\n"
     assert cases[2].code == "echo last\n"
+    assert cases[3].code == "ls foo bar '\n"
     assert {case.file for case in cases} == {"demo"}
 
 
