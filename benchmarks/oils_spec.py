@@ -17,7 +17,9 @@ same way) and every program (``argv.py`` and the rest; none is on bash's ``PATH`
 ``on_command`` answers the same: a neutral machine). bash's own builtins that the reader hands to
 ``on_command`` (``type``, ``kill``, ...) are not recorded on either side and are unknown to the
 reader. Each side runs from a fresh empty directory with ``env -i`` and ``PATH``, ``HOME``, ``TMP``,
-``LANG``; the reader reads first.
+``LANG``; the reader reads first. bash has only its builtins (and ``env``, ``basename``, ``dirname``,
+which the reader models): what a case writes by redirection lands in the sandbox (oils' cases write
+under ``$TMP`` or relative paths), removed at the end.
 
 Outcome of a case:
 
