@@ -1,6 +1,6 @@
 A=(1 8 2)
 I=2
-N=${A[I > 1 ? 1 : 0]}
+N=${A[I-1?1:0?2:0]}
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=reinforce_plus_plus_baseline \
     algorithm.gamma=1.0 \

@@ -1,4 +1,4 @@
-N=$(printf %d 010)
+N=$(( $(printf %d 010) == 8 ? 8 : 1 ))
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=reinforce_plus_plus_baseline \
     algorithm.gamma=1.0 \
