@@ -266,8 +266,7 @@ class Shell:
 
     def _do_compound_statement(self, node) -> Status:
         if text(node).startswith("(("):
-            expression = node.named_children
-            value = self._arithmetic(expression[-1]) if expression else 0
+            value = self._arithmetic(node, *self._inside(node))
             return None if value is None else int(value == 0)
         self._block(node.children)
         return self.status
@@ -930,7 +929,7 @@ class Shell:
             index = text(target.child_by_field_name("index"))
             if index in ("@", "*"):
                 return bool(value)
-            position = self._arithmetic(target.child_by_field_name("index"))
+            position = self._arithmetic(target, *self._inside(target, "["))
             items = value if isinstance(value, list) else ([] if value is None else [value])
             return position is not None and -len(items) <= position < len(items)
         if name.isdigit():
@@ -955,7 +954,7 @@ class Shell:
         items = value if isinstance(value, list) else ([] if value is None else [value])
         if index in ("@", "*"):
             return _All(list(items), joined=index == "*")
-        position = self._arithmetic(index_node)
+        position = self._arithmetic(node, *self._inside(node, "["))
         if position is None:
             return self.unknown(node)
         if -len(items) <= position < len(items):
@@ -989,7 +988,7 @@ class Shell:
             return self._defaulting(node, target, name, value, operator, operands, quoted)
         if isinstance(value, _All):
             if operator == ":":
-                return self._value_pieces(self._slice_all(node, name, value, operands), quoted, node)
+                return self._value_pieces(self._slice_all(node, name, value), quoted, node)
             raise self.refuse(node, "check does not evaluate this expansion of a list")
         if self.is_unknown(value):
             return [Piece(self.unknown(node), not quoted, not quoted)]
@@ -1031,8 +1030,8 @@ class Shell:
             return [Piece(joined, not quoted, not quoted)]
         return found
 
-    def _slice_all(self, node, name: str, value: _All, operands) -> _All:
-        numbers = [self._arithmetic(o) for o in operands if o.type != ":"]
+    def _slice_all(self, node, name: str, value: _All) -> _All:
+        numbers = self._bounds(node)
         if any(n is None for n in numbers):
             raise self.refuse(node, "the bounds of this slice are not known")
         items = [self.invoked_as] + value.items if name in ("@", "*") else value.items
@@ -1063,7 +1062,7 @@ class Shell:
             return {",,": value.lower(), "^^": value.upper(), ",": value[:1].lower() + value[1:],
                     "^": value[:1].upper() + value[1:]}[operator]
         if operator == ":":
-            numbers = [self._arithmetic(o) for o in operands if o.type != ":"]
+            numbers = self._bounds(node)
             if any(n is None for n in numbers):
                 raise self.refuse(node, "the bounds of this substring are not known")
             start = numbers[0] if numbers[0] >= 0 else max(len(value) + numbers[0], -1)
@@ -1084,78 +1083,57 @@ class Shell:
     # --- arithmetic and tests -----------------------------------------------------------------
 
     def _arithmetic_text(self, node) -> str:
-        if len(node.named_children) > 1:
-            raise self.refuse(node, "check does not evaluate this arithmetic")
-        value = self._arithmetic(node.named_children[0]) if node.named_children else 0
+        value = self._arithmetic(node, *self._inside(node))
         return self.unknown(node) if value is None else str(value)
 
-    def _arithmetic(self, node, depth: int = 0) -> Optional[int]:
-        """An arithmetic expression's 64-bit value (``None``: it holds an unknown value)."""
-        kind = node.type
-        if kind in ("number", "word", "string", "simple_expansion", "expansion", "command_substitution",
-                    "concatenation", "raw_string"):
-            written = self._one(node) if kind != "word" or "$" in text(node) else text(node)
-            return self._number(written, node, depth)
-        if kind == "variable_name":
-            return self._number(text(node), node, depth)
-        if kind == "parenthesized_expression":
-            return self._arithmetic(node.named_children[0], depth)
-        if kind == "unary_expression":
-            operator = text(node.children[0])
-            if operator in ("++", "--"):
-                raise self.refuse(node, "check does not model ++ and -- (they assign)")
-            value = self._arithmetic(node.named_children[-1], depth)
-            return None if value is None else arithmetic.unary(operator, value)
-        if kind == "ternary_expression":
-            condition = self._arithmetic(node.child_by_field_name("condition"), depth)
-            if condition is None:
-                return None
-            branch = node.child_by_field_name("consequence" if condition else "alternative")
-            return self._arithmetic(branch, depth)
-        if kind == "binary_expression":
-            operator = text(next(child for child in node.children if not child.is_named))
-            if operator.endswith("=") and operator not in ("==", "!=", "<=", ">="):
-                raise self.refuse(node, "check does not model assignments in arithmetic")
-            left_node, right_node = node.named_children[0], node.named_children[-1]
-            left = self._arithmetic(left_node, depth)
-            if operator in ("&&", "||") and left is not None and bool(left) == (operator == "||"):
-                return int(bool(left))
-            right = self._arithmetic(right_node, depth)
-            if left is None or right is None:
-                return None
-            return arithmetic.binary(operator, left, right)
-        raise self.refuse(node, f"check does not evaluate this arithmetic ({kind.replace('_', ' ')})")
+    def _inside(self, node, opening: str = "") -> tuple:
+        """The span between ``node``'s delimiters (``$((``/``))``, ``$[``/``]``, ``((``/``))``, or
+        ``opening``/``]`` of a subscript) and the nodes in it, for ``_arithmetic``."""
+        children = node.children
+        first = next((i for i, child in enumerate(children) if child.type == opening), 0) if opening else 0
+        if _CLOSING.get(children[first].type) != children[-1].type:
+            raise self.refuse(node, "tree-sitter-bash ends this arithmetic where bash does not")
+        return children[first].end_byte, children[-1].start_byte, children[first + 1:-1]
 
-    def _number(self, written: str, node, depth: int) -> Optional[int]:
-        if self.is_unknown(written):
-            return None
-        stripped = written.strip()
-        if not stripped:
-            return 0
-        if re.fullmatch(r"[A-Za-z_]\w*", stripped):
-            return self._variable_number(stripped, node, depth)
-        if stripped[0] in "+-":
-            return arithmetic.unary(stripped[0], self._number(stripped[1:], node, depth) or 0)
-        return arithmetic.integer(stripped)
+    def _bounds(self, node) -> list:
+        """``${V:o}``/``${V:o:n}``: the offset and length, each the arithmetic between its colons."""
+        children = node.children
+        colons = [i for i, child in enumerate(children) if child.type == ":"]
+        if children[-1].type != "}" or not 1 <= len(colons) <= 2:
+            raise self.refuse(node, "tree-sitter-bash divides this substring's bounds where bash may not")
+        ends = colons[1:] + [len(children) - 1]
+        return [self._arithmetic(node, children[a].end_byte, children[b].start_byte, children[a + 1:b])
+                for a, b in zip(colons, ends, strict=True)]
 
-    def _variable_number(self, name: str, node, depth: int) -> Optional[int]:
-        if depth > 16:
-            raise self.refuse(node, "variables that name each other over 16 levels deep in arithmetic")
-        if name not in self.variables and name not in BASH_OWN:
-            self._unset(name, strict=True)
-            return 0
-        value = self._lookup_name(name, node)
-        if self.is_unknown(value):
+    def _arithmetic(self, owner, start: int, end: int, inside) -> Optional[int]:
+        """The arithmetic written in ``owner`` from byte ``start`` to ``end`` (``inside``: the nodes
+        there), as bash evaluates it: its expansions expanded first (as in double quotes), then the
+        text parsed and evaluated by bash's grammar (``arithmetic.evaluate``); a name's value is read
+        only where bash reads it. ``None``: it holds an unknown value."""
+        written, position, known = [], start, True
+        for expansion in _expansions(inside):
+            written.append(self._literal(owner, position, expansion.start_byte))
+            value = self._one(expansion)
+            known = known and not self.is_unknown(value)
+            written.append(value)
+            position = expansion.end_byte
+        written.append(self._literal(owner, position, end))
+        if not known:
             return None
-        stripped = value.strip()
-        if not stripped:
-            return 0
-        if re.fullmatch(r"[A-Za-z_]\w*", stripped):
-            return self._variable_number(stripped, node, depth + 1)
-        if not re.fullmatch(r"[-+]?[0-9A-Za-z#@_]+", stripped):
-            raise self.refuse(node, f"{name}={value[:20]!r} is an expression bash would evaluate; check does not")
-        sign = -1 if stripped.startswith("-") else 1
-        return arithmetic.wrap(sign * arithmetic.integer(stripped.lstrip("+-")))
+
+        def value_of(name: str) -> Optional[str]:
+            if name not in self.variables and name not in BASH_OWN:
+                return self._unset(name, strict=True)
+            value = self._lookup_name(name, owner)
+            return None if self.is_unknown(value) else value
+
+        return arithmetic.evaluate("".join(written), value_of)
+
+    def _literal(self, owner, start: int, end: int) -> str:
+        written = owner.text[start - owner.start_byte:end - owner.start_byte].decode(errors="surrogateescape")
+        if re.search(r"[\\'\"`$]", written):
+            raise self.refuse(owner, "check does not model quotes, backslashes or $ written this way in arithmetic")
+        return written
 
     def _lookup_name(self, name: str, node) -> str:
         if name in self.variables:
@@ -1197,7 +1175,8 @@ class Shell:
                     return None
                 return words.Pattern(pieces).match(left) != (operator == "!=")
             if operator in builtins.NUMERIC:
-                a, b = self._arithmetic(left_node), self._arithmetic(right_node)
+                a = self._arithmetic(left_node, left_node.start_byte, left_node.end_byte, [left_node])
+                b = self._arithmetic(right_node, right_node.start_byte, right_node.end_byte, [right_node])
                 return None if a is None or b is None else builtins.NUMERIC[operator](a, b)
             raise self.refuse(node, f"check does not model the test {operator}")
         if kind in ("word", "string", "raw_string", "simple_expansion", "expansion", "concatenation",
@@ -1331,6 +1310,18 @@ class Shell:
             if not _inert(root, self.state.functions):
                 raise ReadError(where, action[:80], "a trap runs this when the script ends or is signalled, and "
                                 "check does not model traps that change what runs")
+
+
+_CLOSING = {"$((": "))", "$[": "]", "((": "))", "[": "]"}
+_EXPANDED = {"simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "string"}
+
+
+def _expansions(nodes) -> list:
+    """The outermost expansions (and double-quoted strings) among ``nodes`` and their descendants."""
+    found = []
+    for node in nodes:
+        found.extend([node] if node.type in _EXPANDED else _expansions(node.children))
+    return found
 
 
 _WORDS = {"word", "string", "raw_string", "ansi_c_string", "simple_expansion", "expansion", "concatenation",

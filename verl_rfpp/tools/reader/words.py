@@ -128,10 +128,9 @@ def _printf_once(format_: str, arguments: list, out: list) -> bool:
             out.append(arguments.pop(0) if arguments else "")
             consumed = True
         elif directive in ("d", "i"):
-            value = arguments.pop(0) if arguments else "0"
-            if not re.fullmatch(r"[ \t]*[-+]?[0-9]+", value) or not -2**63 <= int(value) < 2**63:
-                raise Unsupported(f"printf %{directive} of {value[:20]!r}")
-            out.append(str(int(value)))
+            from verl_rfpp.tools.reader.arithmetic import printf_integer  # arithmetic imports this module
+
+            out.append(str(printf_integer(arguments.pop(0) if arguments else "")))
             consumed = True
         else:
             raise Unsupported(f"printf's %{directive} directive")
