@@ -285,12 +285,14 @@ def _source(shell: Shell, fields: list, node) -> Status:
     if len(fields) > 2:
         shell.state.positional = fields[2:]
     shell._sources += 1
+    shell.files.append(fields[1])  # BASH_SOURCE[0]: the name as source was given it
     try:
         shell._block(parse.parse_script(data, str(path)).children)
         return shell.status
     except Return as stop:
         return stop.status
     finally:
+        shell.files.pop()
         shell._sources -= 1
         if len(fields) > 2:
             shell.state.positional = saved

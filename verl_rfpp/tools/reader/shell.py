@@ -40,6 +40,16 @@ BASH_OWN = frozenset({
     "IFS", "LINENO", "LINES", "MACHTYPE", "MAILCHECK", "OLDPWD", "OPTARG", "OPTERR", "OPTIND", "OSTYPE",
     "PIPESTATUS", "PPID", "PS1", "PS2", "PS4", "PWD", "RANDOM", "SECONDS", "SHELLOPTS", "SHLVL", "SRANDOM",
     "UID", "_"})
+# Of ``BASH_OWN``, those bash running a script file always sets (whatever its environment), and
+# those it never sets at the start; the others depend on the environment (``OLDPWD``, ``COLUMNS``, ...)
+# or the context (``FUNCNAME``), and whether they are set is not known (measured with bash 5.2).
+ALWAYS_SET = frozenset({
+    "BASH", "BASHOPTS", "BASHPID", "BASH_ARGC", "BASH_ARGV0", "BASH_COMMAND", "BASH_LINENO", "BASH_SOURCE",
+    "BASH_SUBSHELL", "BASH_VERSINFO", "BASH_VERSION", "COMP_WORDBREAKS", "DIRSTACK", "EPOCHREALTIME",
+    "EPOCHSECONDS", "EUID", "GROUPS", "HISTCMD", "HOSTNAME", "HOSTTYPE", "IFS", "LINENO", "MACHTYPE", "OPTERR",
+    "OPTIND", "OSTYPE", "PIPESTATUS", "PPID", "PS4", "PWD", "RANDOM", "SECONDS", "SHELLOPTS", "SHLVL", "SRANDOM",
+    "UID", "_"})
+NEVER_SET = frozenset({"BASH_EXECUTION_STRING", "PS1", "PS2"})
 # Assigning these changes how bash behaves, or bash refuses it: the reader refuses it.
 _SPECIAL_ASSIGNMENTS = BASH_OWN - {"IFS", "HOSTNAME", "OLDPWD", "PS1", "PS2", "PS4", "COLUMNS", "LINES",
                                    "HISTFILE", "HISTFILESIZE", "HISTSIZE", "MAILCHECK", "OPTERR", "_"} | {
@@ -50,6 +60,10 @@ STARTUP_VARIABLES = ("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORREC
 # What a branch may hold and still change nothing the reading tracks (an unknown test may skip it).
 _STATEFUL_NODES = {"variable_assignment", "variable_assignments", "declaration_command", "unset_command",
                    "function_definition"}
+# Programs an unknown test may skip when their words hold expansions: they start nothing of the run's.
+_HARMLESS_COMMANDS = {"echo", "printf", ":", "true", "false", "sleep", "mkdir", "rm", "touch", "ls", "cat", "date",
+                      "nvidia-smi", "hostname", "wait", "kill", "pkill", "wandb", "pip", "pip3", "wget", "curl",
+                      "git", "logger", "test", "[", "grep", "cp", "mv", "ln", "chmod", "df", "free", "nproc"}
 _STATEFUL_COMMANDS = {"cd", "shift", "set", "source", ".", "eval", "exit", "return", "export", "local", "declare",
                       "typeset", "readonly", "exec", "break", "continue", "read", "unset", "pushd", "popd", "trap",
                       "shopt", "getopts", "let", "alias", "mapfile", "readarray", "enable", "unalias", "builtin",
@@ -93,6 +107,9 @@ class Shell:
         self._loops = 0
         self._calls = 0
         self._sources = 0
+        self._unset_own: set = set()  # bash's own variables the script unset (whether set is then not known)
+        self.files = [self.invoked_as]  # BASH_SOURCE reversed: the script, each source, each call's file
+        self._defined_in: dict = {}  # a function's body -> the file that defined it
         self._node_line = 1
         self._stdin_fed = False
         self._substitution_status: Optional[list] = None
@@ -213,8 +230,8 @@ class Shell:
         a test, a ``&&``/``||`` list's left side, ``!``; compound commands other than subshells
         never end it themselves). An unknown status is taken as success, and said so."""
         triggers = node.type in ("command", "test_command", "subshell", "pipeline", "variable_assignment",
-                                 "variable_assignments") or (node.type == "compound_statement" and
-                                                             text(node).startswith("(("))
+                                 "variable_assignments", "declaration_command", "unset_command") or (
+            node.type == "compound_statement" and text(node).startswith("(("))
         if "errexit" not in self.state.options or self._ignore_errexit or not triggers or status == 0:
             return status
         if status is None:
@@ -261,7 +278,9 @@ class Shell:
 
     def _do_function_definition(self, node) -> Status:
         name = text(node.child_by_field_name("name"))
-        self.state.functions[name] = node.child_by_field_name("body")
+        body = node.child_by_field_name("body")
+        self.state.functions[name] = body
+        self._defined_in[body] = self.files[-1]
         return 0
 
     def _do_compound_statement(self, node) -> Status:
@@ -507,7 +526,11 @@ class Shell:
                 continue
             local = keyword == "local" or (keyword in ("declare", "typeset") and in_function and "g" not in flags)
             if child.type == "variable_assignment":
-                name = self._assign(child, local=local, array="a" in flags)
+                shadowed = self._outermost_local(text(child.child_by_field_name("name"))) if "g" in flags else None
+                if shadowed is not None and flags & {"x", "r"}:
+                    raise self.refuse(child, f"check does not model declare -{''.join(sorted(flags))} of a name a "
+                                             "caller's local shadows")
+                name = self._assign(child, local=local, array="a" in flags, global_="g" in flags)
             elif child.type == "variable_name":
                 name = text(child)
                 if local:
@@ -537,7 +560,17 @@ class Shell:
                 raise self.refuse(child, "check does not model unset of this name")
             if name in self.state.readonly or name in _SPECIAL_ASSIGNMENTS:
                 raise self.refuse(child, f"unset of {name}")
-            if mode != "-f" and (name in self.variables or mode == "-v"):
+            if name in BASH_OWN and mode != "-f":
+                self._unset_own.add(name)
+            holding = [scope for scope in self.state.locals if name in scope]
+            if mode != "-f" and holding and holding[-1] is not self.state.locals[-1]:
+                # a caller's local: bash removes it, and the variable it shadowed is seen again
+                revealed = holding[-1].pop(name)
+                if revealed is None:
+                    self.variables.pop(name, None)
+                else:
+                    self.variables[name] = revealed
+            elif mode != "-f" and (name in self.variables or mode == "-v"):
                 self.variables.pop(name, None)
                 self.state.exported.discard(name)
             elif mode != "-v":
@@ -584,15 +617,31 @@ class Shell:
                 return found[-1] if found else 0
         finally:
             self._substitution_status = saved
-        prefix = {}
-        for child in assignments:
-            name = text(child.child_by_field_name("name"))
-            if name in _SPECIAL_ASSIGNMENTS or name in self.state.readonly or any(c.type == "+=" for c in
-                                                                                    child.children):
-                raise self.refuse(child, f"check does not model this assignment to {name}")
-            value = child.child_by_field_name("value")
-            prefix[name] = self._one(value, assignment=True) if value is not None else ""
-        return self.run(fields, node, prefix)
+        return self.run(fields, node, self._prefix(assignments))
+
+    def _prefix(self, assignments: list) -> dict:
+        """``A=1 B=$A cmd``: the assignments before a command, expanded left to right, each seeing
+        the ones before it (bash's order; the words of the command were expanded before them)."""
+        prefix: dict = {}
+        saved = {}
+        try:
+            for child in assignments:
+                name_node = child.child_by_field_name("name")
+                name = text(name_node)
+                if name_node.type != "variable_name" or name in _SPECIAL_ASSIGNMENTS or \
+                        name in self.state.readonly or any(c.type == "+=" for c in child.children):
+                    raise self.refuse(child, f"check does not model this assignment to {name}")
+                value = child.child_by_field_name("value")
+                prefix[name] = self._one(value, assignment=True) if value is not None else ""
+                saved.setdefault(name, self.variables.get(name))
+                self.variables[name] = prefix[name]
+        finally:
+            for name, old in saved.items():
+                if old is None:
+                    self.variables.pop(name, None)
+                else:
+                    self.variables[name] = old
+        return prefix
 
     # --- commands -----------------------------------------------------------------------------
 
@@ -649,11 +698,14 @@ class Shell:
         self.state.locals.append({})
         self._calls += 1
         self._loops = 0
+        body = self.state.functions[name]
+        self.files.append(self._defined_in.get(body, self.invoked_as))
         try:
-            return self._statement(self.state.functions[name])
+            return self._statement(body)
         except Return as stop:
             return stop.status
         finally:
+            self.files.pop()
             self._calls -= 1
             self._loops = loops
             for local, old in self.state.locals.pop().items():
@@ -910,7 +962,7 @@ class Shell:
         if name == "IFS":
             return words.DEFAULT_IFS
         if name == "BASH_SOURCE":
-            return self.invoked_as
+            return self.files[-1]
         if name in BASH_OWN or name in ("$", "!", "-"):
             return self.unknown(name_node, f"${name}")
         return self._unset(name, strict)
@@ -932,11 +984,31 @@ class Shell:
             position = self._arithmetic(target, *self._inside(target, "["))
             items = value if isinstance(value, list) else ([] if value is None else [value])
             return position is not None and -len(items) <= position < len(items)
-        if name.isdigit():
-            return name == "0" or 0 < int(name) <= len(self.positional)
         if name in ("@", "*", "#", "?", "0"):
             return True
-        return name in self.variables or name in ("LINENO", "PWD", "IFS", "BASH_SOURCE")
+        return self.name_set(name, target)
+
+    def name_set(self, name: str, node) -> bool:
+        """Whether the variable ``name`` is set (``[[ -v name ]]``, ``${name+x}``): a positional
+        parameter by number; an array by its element 0; bash's own variables as bash 5.2 sets them
+        running a script file (``ALWAYS_SET``, ``NEVER_SET``, ``FUNCNAME`` in a function), the
+        others refused."""
+        if name.isdigit():
+            return name == "0" or 0 < int(name) <= len(self.positional)
+        if name in self.variables:
+            value = self.variables[name]
+            return bool(value) if isinstance(value, list) else True
+        if name in BASH_OWN:
+            if name in self._unset_own:
+                raise self.refuse(node, f"whether bash's {name} is set after the script's unset of it")
+            if name == "FUNCNAME":
+                return bool(self.state.locals)
+            if name in ALWAYS_SET or name in NEVER_SET:
+                return name in ALWAYS_SET
+            raise self.refuse(node, f"whether bash's {name} is set depends on how bash was started")
+        if not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise self.refuse(node, f"check does not model this test of {name!r}")
+        return False
 
     def _subscript(self, node, strict: bool = False):
         name = text(node.child_by_field_name("name"))
@@ -944,7 +1016,7 @@ class Shell:
         index = text(index_node)
         if name in BASH_OWN and name not in self.variables:
             if name == "BASH_SOURCE":
-                value = [self.invoked_as]
+                value = list(reversed(self.files))
             elif index in ("@", "*"):
                 raise self.refuse(node, f"check does not model bash's {name}")
             else:
@@ -976,6 +1048,7 @@ class Shell:
         if length:
             if rest:
                 raise self.refuse(node, "check does not evaluate this parameter expansion")
+            self._length_unset(target, node)
             if isinstance(value, _All):
                 return [Piece(str(len(value.items)), not quoted, not quoted)]
             if self.is_unknown(value):
@@ -993,6 +1066,24 @@ class Shell:
         if self.is_unknown(value):
             return [Piece(self.unknown(node), not quoted, not quoted)]
         return [Piece(self._transformed(node, value, operator, operands), not quoted, not quoted)]
+
+    def _length_unset(self, target, node) -> None:
+        """``${#X[@]}`` under ``set -u`` where X holds no array elements (unset, declared only, or a
+        scalar): bash 5.2 calls X unbound and abandons the command (status 1; under ``set -e`` the
+        shell exits); what it abandons otherwise is not modeled."""
+        if "nounset" not in self.state.options or target.type != "subscript" or \
+                text(target.child_by_field_name("index")) not in ("@", "*"):
+            return
+        name = text(target.child_by_field_name("name"))
+        value = self.variables.get(name)
+        if isinstance(value, list) and value or name in BASH_OWN and name not in self.variables:
+            return
+        if value == []:
+            raise self.refuse(node, f"whether bash 5.2 calls {name} unbound under set -u (X=() no, declare -a X yes)")
+        if "errexit" in self.state.options and not self._ignore_errexit:
+            self.note(node, f"ends the script: {name} is unbound under set -u (bash 5.2 exits with status 1)")
+            raise Exit(1)
+        raise self.refuse(node, f"{name} is unbound under set -u, and check does not model what bash then abandons")
 
     def _defaulting(self, node, target, name: str, value, operator: str, operands, quoted: bool) -> list:
         """``${V:-w}``, ``${V-w}``, ``${V:=w}``, ``${V=w}``, ``${V:+w}``, ``${V+w}``, ``${V:?w}``,
@@ -1233,7 +1324,12 @@ class Shell:
         if operator == "-n":
             return operand != ""
         if operator == "-v":
-            return operand in self.variables
+            element = re.fullmatch(r"([A-Za-z_]\w*)\[([0-9]+)\]", operand)
+            if element and element.group(1) in self.variables:
+                value = self.variables[element.group(1)]
+                items = value if isinstance(value, list) else [value]
+                return int(element.group(2)) < len(items)
+            return self.name_set(operand, node)
         if operator in builtins.FILE_TESTS:
             if self.is_unknown(self.cwd):
                 return None
@@ -1254,34 +1350,46 @@ class Shell:
         if name in _SPECIAL_ASSIGNMENTS:
             raise self.refuse(node, f"check does not model assigning bash's {name}")
 
-    def _assign(self, node, local: bool = False, array: bool = False) -> str:
+    def _assign(self, node, local: bool = False, array: bool = False, global_: bool = False) -> str:
+        """``NAME=VALUE``, ``NAME+=VALUE``, ``NAME=(...)``; ``global_``: ``declare -g``, which sets the
+        global even where a caller's ``local`` shadows it (that local keeps its value)."""
         name_node = node.child_by_field_name("name")
         value_node = node.child_by_field_name("value")
         if name_node.type == "subscript":
             raise self.refuse(node, "check does not evaluate assignments to array elements")
         name = text(name_node)
         self._check_assignable(name, node)
+        scope = self._outermost_local(name) if global_ else None
         if local:
             self._make_local(name, node)
         append = any(child.type == "+=" for child in node.children)
+        old = self.variables.get(name) if scope is None else scope[name]
         if value_node is not None and value_node.type == "array":
             if any(re.match(r"\[[^]]*\]=", text(child)) for child in value_node.named_children):
                 raise self.refuse(node, "check does not model arrays with explicit indices")
-            items = self._fields(value_node.named_children)
-            if append:
-                old = self.variables.get(name, [])
-                items = (old if isinstance(old, list) else [old]) + items
-            self._set(name, items, node)
+            value = self._fields(value_node.named_children)
+            if append and old is not None:
+                value = (old if isinstance(old, list) else [old]) + value
         else:
             value = self._one(value_node, assignment=True)
-            if append:
-                old = self.variables.get(name, "")
-                if isinstance(old, list):
-                    self._set(name, old + [value], node)
-                    return name
+            if append and isinstance(old, list):  # A+=x on an array appends to its element 0
+                value = [(old[0] if old else "") + value] + old[1:]
+            elif append and old is not None:
                 value = old + value
-            self._set(name, [value] if array else value, node)
+            elif array:
+                value = [value]
+        if scope is None:
+            self._set(name, value, node)
+        else:
+            if (sum(map(len, value)) if isinstance(value, list) else len(value)) > MAX_VALUE:
+                raise self.refuse(node, f"a value of over {MAX_VALUE} characters")
+            scope[name] = value
         return name
+
+    def _outermost_local(self, name: str) -> Optional[dict]:
+        """The scope of the outermost function call where ``name`` is local (it holds the global's
+        value while the call lasts), or ``None``."""
+        return next((scope for scope in self.state.locals if name in scope), None)
 
     def _set(self, name: str, value, node) -> None:
         self._hold(name, value, node)
@@ -1327,12 +1435,13 @@ def _expansions(nodes) -> list:
 _WORDS = {"word", "string", "raw_string", "ansi_c_string", "simple_expansion", "expansion", "concatenation",
           "command_substitution", "arithmetic_expansion", "number", "translated_string", "extglob_pattern", "regex"}
 def _only_all(node) -> bool:
-    """Whether a double-quoted string is exactly ``"$@"`` or ``"${a[@]}"`` (no empty field of its own)."""
+    """Whether a double-quoted string is exactly ``"$@"`` or ``"${a[@]}"``, or a slice of them
+    (``"${a[@]:1}"``: no empty field of its own; ``"${@:-}"`` is not one)."""
     named = [child for child in node.children if child.is_named]
     if len(named) != 1 or text(node) not in (f'"{text(named[0])}"',):
         return False
     written = text(named[0])
-    return written in ("$@", "${@}") or bool(re.fullmatch(r"\$\{\w+\[@\]\}", written)) or written.startswith("${@:")
+    return written in ("$@", "${@}") or bool(re.fullmatch(r"\$\{(\w+\[@\]|@)(:(?![-=+?]).*)?\}", written, re.S))
 
 
 def _misparsed(node) -> bool:
@@ -1404,10 +1513,19 @@ def _is_test(node) -> bool:
     return name is not None and text(name) in ("[", "test")
 
 
+def _expands(node) -> bool:
+    """Whether a word of ``node`` holds an expansion (its value is known only when read)."""
+    if node.type in ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion",
+                     "process_substitution"):
+        return True
+    return any(_expands(child) for child in node.children)
+
+
 def _inert(node, functions: Mapping) -> bool:
     """Whether ``node`` changes nothing this reading tracks: no assignment, no state-changing
     builtin (``printf -v`` among them), no call of the script's functions, no output to a file,
-    no mention of main_ppo."""
+    no mention of main_ppo, and no program but a harmless one (``_HARMLESS_COMMANDS``) given words
+    that hold expansions (``python3 -m $M`` or ``"${CMD[@]}"`` may start main_ppo)."""
     if node is None:
         return True
     if "main_ppo" in text(node):
@@ -1422,4 +1540,9 @@ def _inert(node, functions: Mapping) -> bool:
             return False
     if node.type == "command" and text(node).split()[:2] == ["printf", "-v"]:
         return False
+    if node.type == "command":
+        name = node.child_by_field_name("name")
+        harmless = name is not None and os.path.basename(text(name)) in _HARMLESS_COMMANDS
+        if not harmless and _expands(node):
+            return False
     return all(_inert(child, functions) for child in node.children)

@@ -1,0 +1,3 @@
+HERE=${BASH_SOURCE[0]}
+CALLER=${BASH_SOURCE[1]}
+where() { WHERE=${BASH_SOURCE[0]}; }
