@@ -119,6 +119,10 @@ def run(parent: Shell, command: Command, shell: str, file: str, arguments: Seque
         raise ReadError(command.line, shown, f"{file} is not a file {found}; check cannot read the script this starts")
     exported = sorted(name for name in ("SHELLOPTS", "BASHOPTS") if name in parent.state.exported)
     exported += sorted(name for name in STARTUP_VARIABLES if name in environment)
+    arrays = sorted(name for name in parent.state.exported if isinstance(parent.variables.get(name), list))
+    if arrays:
+        raise ReadError(command.line, shown, f"the array {arrays[0]} is exported: bash does not give arrays to the "
+                                             "script it starts, and check does not model that")
     if exported:
         raise ReadError(command.line, shown, f"the script is started with {exported[0]} exported, which changes how "
                                              "bash starts; check does not model it")
