@@ -184,8 +184,9 @@ def _judge_launch(launch, reading, script: str, loads: Environments, extra: Sequ
             where = "; ".join(f"{scripts.at(script, line)}: {construct}" for line, construct in unknowns)
             return Judged(2, (*notes, f"verl-rfpp check: the verdict depends on a value check cannot know without "
                                       f"running something ({where}); {scripts.WAY_OUT}"))
-        notes += tuple(f"assumed: {scripts.at(script, line)}: `{construct}` is not known without running it; it is the value of "
-                       "a key no rule reads, one Hydra's override grammar reads" for line, construct in unknowns)
+        notes += tuple(f"assumed: {scripts.at(script, line)}: `{construct}` is not known without running it; it is the "
+                       "value of a key no rule reads, one Hydra's override grammar reads"
+                       for line, construct in unknowns)
     return Judged(judged.status, (*notes, *judged.lines), judged.fixes, judged.kl)
 
 

@@ -4,7 +4,10 @@ would start is answered here, as on a Linux machine with NVIDIA GPUs, and never 
 whose words start main_ppo (``-m verl.trainer.main_ppo``, ``-mverl.trainer.main_ppo`` or a path
 ending in ``verl/trainer/main_ppo.py``, behind any interpreter or launcher: ``uv run``,
 ``torchrun``, ``ray job submit --``, ``setsid``, ``nohup``, ``timeout``, ``env A=B``, an absolute
-path) is a launch; ``echo`` and strings never are. Imports no verl."""
+path) is a launch; ``echo`` and strings never are. A command that starts a bash script (``bash
+FILE``, ``./FILE`` with a bash ``#!`` line) is read as a child shell (``reader.child``); one that may
+start main_ppo in a program check does not read (a Python file, what ``torchrun`` or ``srun``
+start) is an ``assumed:`` line. Imports no verl."""
 
 from __future__ import annotations
 
