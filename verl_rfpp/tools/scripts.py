@@ -245,14 +245,17 @@ def _started_script(reader: shell.Shell, command: shell.Command) -> Optional[she
     shown = reader.shown(shlex.join(words))[:80]
     shell_name = child.shell_of(program)
     if shell_name is not None:
-        if "-c" in rest[:next((k for k, word in enumerate(rest) if not word.startswith(("-", "+"))), len(rest))]:
-            return None  # a string bash runs: main_ppo in it is refused, a script it names is an assumed: line
+        given = rest[:next((k for k, word in enumerate(rest) if not word.startswith(("-", "+"))), len(rest))]
+        if any(re.fullmatch(r"[-+][^-]*c.*", word) or word in ("--version", "--help") for word in given):
+            return None  # -c: a string bash runs (main_ppo in it is refused, a script it names is an assumed: line)
         flags, at = child.options(rest, command.line, shown)
         if at >= len(rest):
             raise parse.ReadError(command.line, shown, "this shell reads its commands from standard input, which "
                                   "check does not follow")
         file, arguments = rest[at], rest[at + 1:]
     elif "/" in program:
+        if reader.is_unknown(reader.cwd) and not program.startswith("/"):
+            raise parse.ReadError(command.line, shown, "the directory this program is started in is not known")
         path = os.path.join(reader.cwd, program)
         if not os.path.lexists(path) and not reader.is_unknown(reader.cwd):
             if program.endswith(_SCRIPT_SUFFIXES):
