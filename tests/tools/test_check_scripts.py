@@ -260,3 +260,88 @@ def test_the_scripts_exports_decide_what_verl_loads(capsys, tmp_path, monkeypatc
     assert code == 0 and "not a verl-rfpp estimator" in out, out
     code, out = _check(capsys, *validation.RECIPES[BASELINE], "algorithm.adv_estimator=reinforce_plus_plus_baselin")
     assert code == 1 and "did you mean" in out  # the same name without the script's modules
+
+
+# Scripts that start scripts (issue 49 item 3; docs/contract.md section 6.5). What each does under
+# bash is judged in tests/tools/differential/children/; here: the lines check prints.
+STAGE = f'python3 -m verl.trainer.main_ppo {RECIPE} actor_rollout_ref.rollout.n=$1\n'
+
+
+def _read(tmp_path, body, name="run.sh"):
+    path = _script(tmp_path, body, name)
+    return scripts.read_script(path, [], environ={"PATH": "/usr/bin", "HOME": str(tmp_path)}, cwd=str(tmp_path))
+
+
+def test_a_script_that_a_script_starts_is_read_and_its_runs_are_named_by_its_own_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stage2.sh").write_text("# the second stage\n" + STAGE)
+    path = _script(tmp_path, f"{LAUNCH} actor_rollout_ref.rollout.n=8\n/bin/bash stage2.sh 1\n")
+    code, out = _check(capsys, path)
+    headers = [line for line in out.splitlines() if line.startswith("run ")]
+    assert code == 1 and headers == [f"run 1 of 2 ({path}:2): python3 -m verl.trainer.main_ppo",
+                                     "run 2 of 2 (stage2.sh:2): python3 -m verl.trainer.main_ppo"], out
+    assert f"assumed: {path}:3: `/bin/bash stage2.sh 1` starts stage2.sh, read from this machine" in out
+    assert out.strip().splitlines()[-1] == "Fix: put at the end of main_ppo's line (stage2.sh:2): " \
+                                           "actor_rollout_ref.rollout.n=8", out
+
+
+@pytest.mark.parametrize("command,named", [
+    ("python3 train.py --n 1", "the Python file train.py"),
+    ("python -u -W ignore my_launch.py", "the Python file my_launch.py"),
+    ("python3 -m my_pkg.train", "the Python module my_pkg.train"),
+    ("torchrun --nproc_per_node=8 train.py", "what torchrun starts"),
+    ("deepspeed --num_gpus 8 train.py", "what deepspeed starts"),
+    ("accelerate launch train.py", "what accelerate starts"),
+    ("uv run train.py", "what uv starts"),
+    ("ray job submit --address=http://h:8265 -- python3 train.py", "what ray starts"),
+    ("srun --nodes=2 python3 train.py", "what srun starts"),
+    ("sbatch job.sh", "what sbatch starts"),
+    ("sudo -E bash stage.sh", "what sudo starts"),
+    ("bash -c './stage.sh 1'", "what bash starts"),
+    ("stage2.sh 1", "the program stage2.sh"),
+    ("nohup ./train.py &", "the program ./train.py"),
+])
+def test_a_program_check_does_not_follow_that_may_start_main_ppo_is_an_assumed_line(command, named, tmp_path):
+    (tmp_path / "train.py").write_text("#!/usr/bin/env python3\nimport subprocess\n")
+    (tmp_path / "train.py").chmod(0o755)
+    reading = _read(tmp_path, f"{command}\n{LAUNCH}\n")
+    assert [note for note in reading.assumptions if "starts no main_ppo run" in note] == [
+        f"{tmp_path / 'run.sh'}:2: `{shlex.join(shlex.split(command.rstrip(' &')))}` starts no main_ppo run "
+        f"(check does not read {named}; check it on its own)"], reading.assumptions
+
+
+@pytest.mark.parametrize("command", ["python3 -c 'import torch'", "python3 -m pip install verl", "nvidia-smi -L",
+                                     "cp run.sh backup.sh", "srun --nodes=1 ray start --head", "bash -c 'exit 0'"])
+def test_a_command_that_starts_no_script_gets_no_such_line(command, tmp_path):
+    reading = _read(tmp_path, f"{command}\n{LAUNCH}\n")
+    assert not [note for note in reading.assumptions if "starts no main_ppo run" in note], reading.assumptions
+
+
+@pytest.mark.parametrize("body,why", [
+    ("sh stage.sh 1\n", "sh is not bash"),
+    ("/bin/dash stage.sh 1\n", "dash is not bash"),
+    ("bash -l stage.sh 1\n", "check does not model bash's option -l"),
+    ("bash --posix stage.sh 1\n", "check does not model bash's option --posix"),
+    ("bash missing.sh 1\n", "missing.sh is not a file here (bash then searches PATH for it)"),
+    ("./missing.sh 1\n", "./missing.sh is not a file here"),
+    ("./noexec.sh 1\n", "./noexec.sh is not executable here"),
+    ("./two_options.sh 1\n", "check does not model bash's option -e -u"),  # Linux: one argument, bash's error
+    ("bash < stage.sh\n", "this shell reads its commands from standard input"),
+    ("A=(1 2)\nexport A\nbash stage.sh 1\n", "the array A is exported"),
+    ("export SHELLOPTS\nbash stage.sh 1\n", "started with SHELLOPTS exported"),
+    ("bash recurse.sh\n", "scripts start scripts deeper than 10"),
+    ("bash evals.sh\n", "check does not run or model what `eval` does, in {tmp}/evals.sh:2: eval \"$X\"; it is "
+                         "started by this line"),
+    ("echo x > stage.sh\nbash stage.sh 1\n", "this starts a file the script may have written"),
+])
+def test_a_script_check_cannot_follow_is_exit_2_naming_the_line(body, why, tmp_path):
+    for name, text, mode in (("stage.sh", STAGE, 0o644), ("noexec.sh", "#!/bin/bash\n" + STAGE, 0o644),
+                             ("two_options.sh", "#!/bin/bash -e -u\n" + STAGE, 0o755),
+                             ("recurse.sh", 'bash "$0"\n', 0o644), ("evals.sh", 'X=:\neval "$X"\n', 0o644)):
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(mode)
+    with pytest.raises(scripts.ScriptError) as error:
+        _read(tmp_path, body)
+    line = len(body.splitlines()) + 1  # the command is the script's last line (after set -x)
+    assert str(error.value).startswith(f"{tmp_path / 'run.sh'}:{line}: check cannot read this exactly ("), error.value
+    assert why.format(tmp=tmp_path) in str(error.value), error.value

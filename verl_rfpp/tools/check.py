@@ -119,7 +119,7 @@ def _command(words: list, verbose: bool, config_path: Optional[str], config_name
         _print(log.mention())
     for number, (launch, run) in enumerate(zip(reading.launches, runs, strict=True), 1):
         if len(runs) > 1:
-            _print(f"run {number} of {len(runs)} ({path}:{launch.line}): {launch.launcher}")
+            _print(f"run {number} of {len(runs)} ({launch.place(path)}): {launch.launcher}")
         _print("\n".join([*run.lines[:-1], *endings[number - 1]] if number - 1 in endings else run.lines))
     return max((run.status for run in runs), key=WORST_FIRST[::-1].index)
 
@@ -165,14 +165,14 @@ def _judge_launch(launch, reading, script: str, loads: Environments, extra: Sequ
     try:
         run = scripts.parse_main_ppo([*launch.known("unknown"), *extra])
     except scripts.ScriptError as error:
-        return Judged(2, (f"verl-rfpp check: {script}:{launch.line}: {error}",))
+        return Judged(2, (f"verl-rfpp check: {launch.place(script)}: {error}",))
     notes, loaded = _loaded_for(launch, reading, script, loads)
     if isinstance(loaded, int):
         return Judged(loaded, notes)
     unknowns = launch.unknown_parts()
     reached = _unknown_read(launch, unknowns)
     if reached:
-        return Judged(2, (*notes, f"verl-rfpp check: {script}:{launch.line}: the verdict may depend on a value check "
+        return Judged(2, (*notes, f"verl-rfpp check: {launch.place(script)}: the verdict may depend on a value check "
                                   f"cannot know without running something ({reached}); {scripts.WAY_OUT}"))
     judged = _judge(run, loaded)
     if loaded is not None and loaded.not_imported and judged.status != 2:
@@ -181,11 +181,12 @@ def _judge_launch(launch, reading, script: str, loads: Environments, extra: Sequ
     if unknowns:
         other = _judge(scripts.parse_main_ppo([*launch.known("1"), *extra]), loaded)
         if _rule_ids(other) != _rule_ids(judged):
-            where = "; ".join(f"{script}:{line}: {construct}" for line, construct in unknowns)
+            where = "; ".join(f"{scripts.at(script, line)}: {construct}" for line, construct in unknowns)
             return Judged(2, (*notes, f"verl-rfpp check: the verdict depends on a value check cannot know without "
                                       f"running something ({where}); {scripts.WAY_OUT}"))
-        notes += tuple(f"assumed: {script}:{line}: `{construct}` is not known without running it; it is the value of "
-                       "a key no rule reads, one Hydra's override grammar reads" for line, construct in unknowns)
+        notes += tuple(f"assumed: {scripts.at(script, line)}: `{construct}` is not known without running it; it is the "
+                       "value of a key no rule reads, one Hydra's override grammar reads"
+                       for line, construct in unknowns)
     return Judged(judged.status, (*notes, *judged.lines), judged.fixes, judged.kl)
 
 
@@ -336,7 +337,7 @@ def _fix_endings(script: str, extra: Sequence[str], reading, runs: Sequence[Judg
     if why is None:
         return {index: [validation.fix_line(fixes, ("bash", script, *extra))] for index in refused}
     note = f"note: `{shlex.join(shown)}` would not fix this: {why}"
-    return {index: [note, f"Fix: put at the end of main_ppo's line ({script}:{reading.launches[index].line}): "
+    return {index: [note, f"Fix: put at the end of main_ppo's line ({reading.launches[index].place(script)}): "
                           + " ".join(shlex.quote(fix) for fix in run_fixes)]
             for index, run_fixes in refused.items()}
 
@@ -363,7 +364,7 @@ def _command_fails(script, extra, fixes, reading, runs, refused, loads) -> Optio
         got = _judge_launch(launch, again, script, loads)
         if got.status != 0 or got.kl != kl:
             result = f"exit {got.status}" if got.status != 0 else f"KL: {got.kl or 'none'} instead of KL: {kl}"
-            return _with_stand_ins(f"read with them, its run at {script}:{launch.line} gets {result}", script, extra,
+            return _with_stand_ins(f"read with them, its run at {launch.place(script)} gets {result}", script, extra,
                                    fixes, reading)
     return None
 
@@ -393,7 +394,7 @@ def _stand_in_reasons(script, extra, count, reading, fixes) -> str:
     reasons = []
     positions = [f"${len(extra) + number}" for number in range(1, count + 1)]
     for before, after in zip(reading.launches, probe.launches, strict=True):
-        where, words = f"{script}:{after.line}", list(after.arguments)
+        where, words = after.place(script), list(after.arguments)
         if words == [*before.arguments, *stand_ins]:
             continue
         whole = [stand_in for stand_in in stand_ins if stand_in in words]

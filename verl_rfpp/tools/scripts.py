@@ -4,7 +4,10 @@ would start is answered here, as on a Linux machine with NVIDIA GPUs, and never 
 whose words start main_ppo (``-m verl.trainer.main_ppo``, ``-mverl.trainer.main_ppo`` or a path
 ending in ``verl/trainer/main_ppo.py``, behind any interpreter or launcher: ``uv run``,
 ``torchrun``, ``ray job submit --``, ``setsid``, ``nohup``, ``timeout``, ``env A=B``, an absolute
-path) is a launch; ``echo`` and strings never are. Imports no verl."""
+path) is a launch; ``echo`` and strings never are. A command that starts a bash script (``bash
+FILE``, ``./FILE`` with a bash ``#!`` line) is read as a child shell (``reader.child``); one that may
+start main_ppo in a program check does not read (a Python file, what ``torchrun`` or ``srun``
+start) is an ``assumed:`` line. Imports no verl."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from verl_rfpp.tools.reader import parse, shell
+from verl_rfpp.tools.reader import child, parse, shell
 
 MAIN_PPO = "verl.trainer.main_ppo"
 MAIN_PPO_FILE = "verl/trainer/main_ppo.py"
@@ -40,6 +43,11 @@ class Launch:
     launcher: str
     environment: Mapping[str, str]
     unknowns: Mapping[str, tuple[int, str]] = None  # type: ignore[assignment]
+    script: str = ""  # the file of ``line`` when a script the script starts makes the run ("": the script's own)
+
+    def place(self, script: str) -> str:
+        """``SCRIPT:LINE`` of the run's main_ppo line (``script``: the script check was given)."""
+        return f"{self.script or script}:{self.line}"
 
     def known(self, stand_in: str) -> tuple[str, ...]:
         """The arguments with every unknown value replaced by ``stand_in``."""
@@ -50,8 +58,9 @@ class Launch:
             replaced.append(argument)
         return tuple(replaced)
 
-    def unknown_parts(self) -> list[tuple[int, str]]:
-        """(line, construct) of each unknown value in the arguments."""
+    def unknown_parts(self) -> list[tuple[object, str]]:
+        """(line, construct) of each unknown value in the arguments (the line of a script the script
+        starts: ``FILE:LINE``, see ``at``)."""
         text = "".join(self.arguments)
         return [where for marker, where in (self.unknowns or {}).items() if marker in text]
 
@@ -64,6 +73,12 @@ class Reading:
     launches: tuple[Launch, ...]
     assumptions: tuple[str, ...]
     exported_at: Mapping[str, int]
+
+
+def at(script: str, line) -> str:
+    """``SCRIPT:LINE`` of a line the reading names: ``line`` a number in the script, or already
+    ``FILE:LINE`` in a script the script starts."""
+    return line if isinstance(line, str) else f"{script}:{line}"
 
 
 def is_script(word: str) -> bool:
@@ -140,7 +155,8 @@ def _read(script: Path, arguments: list, environ: dict, cwd: Optional[str]):
     except RecursionError:
         raise ScriptError(f"{script}: it nests too deeply for check to read; {WAY_OUT}") from None
     notes = [note.replace(f"{script.resolve().name}:", f"{script}:", 1) for note in reader.assumptions]
-    return [Launch(*launch[:4], unknowns=dict(reader.unknowns)) for launch in launches], notes, reader.exported_at
+    return ([Launch(*launch[:4], unknowns=dict(reader.unknowns), script=launch[4]) for launch in launches], notes,
+            reader.exported_at)
 
 
 def _answer(reader: shell.Shell, command: shell.Command, launches: list) -> shell.Answer:
@@ -149,6 +165,9 @@ def _answer(reader: shell.Shell, command: shell.Command, launches: list) -> shel
     found = main_ppo_arguments(words)
     where = f"line {command.line}"
     if found is None:
+        started = _started_script(reader, command)
+        if started is not None:
+            return started
         if reader.is_unknown(words[0]) and any(MAIN_PPO in word or MAIN_PPO_FILE in word for word in words):
             raise parse.ReadError(command.line, reader.shown(" ".join(words))[:80], "the program that starts "
                                   "main_ppo is not known")
@@ -157,9 +176,14 @@ def _answer(reader: shell.Shell, command: shell.Command, launches: list) -> shel
                                   "a way check cannot read (inside a string another program runs)")
         name = os.path.basename(words[0])
         if _PYTHON.fullmatch(name) and "-c" in words and "torch_npu" in " ".join(words):
-            reader.assumptions.append(f"{reader.script.name}:{command.line}: `{shlex.join(words)[:60]}` fails "
+            reader.assumptions.append(f"{child.where(reader, command.line)}: `{shlex.join(words)[:60]}` fails "
                                       "(a Linux machine with NVIDIA GPUs: no torch_npu)")
             return shell.Answer(1, "")
+        unfollowed = _unfollowed(words, reader.cwd)
+        if unfollowed:
+            reader.assumptions.append(f"{child.where(reader, command.line)}: `{reader.shown(shlex.join(words))[:60]}` "
+                                      f"starts no main_ppo run (check does not read {unfollowed}; check it on its "
+                                      "own)")
         return shell.Answer(None, None)
     index, launcher = found
     if command.stdin_fed:
@@ -169,12 +193,147 @@ def _answer(reader: shell.Shell, command: shell.Command, launches: list) -> shel
                               "is not known")
     interpreter = next((w for w in words[:index] if _PYTHON.fullmatch(os.path.basename(w))), None)
     if interpreter and ("/" in interpreter or "VIRTUAL_ENV" in command.environment):
-        reader.assumptions.append(f"{reader.script.name}:{command.line}: {interpreter} is assumed to have the "
+        reader.assumptions.append(f"{child.where(reader, command.line)}: {interpreter} is assumed to have the "
                                   f"verl and verl-rfpp this check uses ({where} is not run)")
     environment = {**command.environment, **_env_assignments(words[:index]),
                    **_job_env_vars(words[:index], command.line)}
-    launches.append((tuple(words[index:]), command.line, reader.shown(launcher), environment))
+    launches.append((tuple(words[index:]), command.line, reader.shown(launcher), environment, child.place(reader)))
     return shell.Answer(0, "")
+
+
+def _launched(words: Sequence[str]) -> tuple[Optional[int], dict]:
+    """The index of the program a command starts behind the launchers that change nothing of it
+    (``env NAME=VALUE...``, ``setsid``, ``nohup``, ``time``, ``timeout [OPTIONS] DURATION``) and the
+    variables ``env`` gives it; ``None`` for ``env`` with options (``-i``, ``-u``) there."""
+    index, assigned = 0, {}
+    while index < len(words):
+        name = os.path.basename(words[index])
+        if name == "env":
+            index += 1
+            while index < len(words) and re.fullmatch(r"[A-Za-z_]\w*=.*", words[index], re.S):
+                key, _, value = words[index].partition("=")
+                assigned[key] = value
+                index += 1
+            if index < len(words) and words[index].startswith("-"):
+                return None, {}
+        elif name in ("setsid", "time"):
+            index += 1
+            while index < len(words) and words[index].startswith("-"):
+                index += 1
+        elif name == "nohup":
+            index += 1
+        elif name == "timeout":
+            index = _skip_options(words, index + 1, _TIMEOUT_VALUED) + 1
+        else:
+            return index, assigned
+    return None, {}
+
+
+_SCRIPT_SUFFIXES = (".sh", ".bash")
+
+
+def _started_script(reader: shell.Shell, command: shell.Command) -> Optional[shell.Answer]:
+    """A command that starts a bash script (``bash FILE ARGS``, ``/bin/bash -e FILE``, ``env bash
+    FILE``, ``./FILE`` with a bash ``#!`` line or none) read as a child shell
+    (``verl_rfpp.tools.reader.child``); ``None`` for any other command. ``ReadError`` where it
+    starts a script check cannot follow (``sh``, a missing file, an option check does not model)."""
+    words = command.words
+    index, assigned = _launched(words)
+    if index is None or reader.is_unknown(words[index]):
+        return None
+    program, rest = words[index], list(words[index + 1:])
+    shown = reader.shown(shlex.join(words))[:80]
+    shell_name = child.shell_of(program)
+    if shell_name is not None:
+        given = rest[:next((k for k, word in enumerate(rest) if not word.startswith(("-", "+"))), len(rest))]
+        if any(re.fullmatch(r"[-+][^-]*c.*", word) or word in ("--version", "--help") for word in given):
+            return None  # -c: a string bash runs (main_ppo in it is refused, a script it names is an assumed: line)
+        flags, at = child.options(rest, command.line, shown)
+        if at >= len(rest):
+            raise parse.ReadError(command.line, shown, "this shell reads its commands from standard input, which "
+                                  "check does not follow")
+        file, arguments = rest[at], rest[at + 1:]
+    elif "/" in program:
+        if reader.is_unknown(reader.cwd) and not program.startswith("/"):
+            raise parse.ReadError(command.line, shown, "the directory this program is started in is not known")
+        path = os.path.join(reader.cwd, program)
+        if not os.path.lexists(path) and not reader.is_unknown(reader.cwd):
+            if program.endswith(_SCRIPT_SUFFIXES):
+                raise parse.ReadError(command.line, shown, f"{program} is not a file here; check cannot read the "
+                                      "script this starts")
+            return None
+        head = child.first_line(path)
+        if head is None:
+            return None
+        if not os.access(path, os.X_OK):
+            raise parse.ReadError(command.line, shown, f"{program} is not executable here (bash: Permission denied, "
+                                  "status 126); chmod +x it, or start it with bash")
+        interpreter = head.split()
+        if interpreter and os.path.basename(interpreter[0]) == "env":
+            interpreter = interpreter[1:]
+            if len(interpreter) != 1:
+                raise parse.ReadError(command.line, shown, f"the #! line `#!{head}` of {program} is one check does "
+                                      "not read")
+        shell_name = child.shell_of(interpreter[0]) if interpreter else "bash"  # no #!: bash reads it itself
+        if shell_name is None:
+            return None
+        options = interpreter[1:]
+        if len(options) > 1:  # Linux gives the rest of the #! line as one argument
+            options = [" ".join(options)]
+        flags, at = child.options(options, command.line, shown)
+        if at != len(options):
+            raise parse.ReadError(command.line, shown, f"the #! line `#!{head}` of {program} is one check does not "
+                                  "read")
+        file, arguments = program, rest
+    else:
+        return None
+    return child.run(reader, command, shell_name, file, arguments, flags, {**command.environment, **assigned})
+
+
+_PYTHON_NO_RUN = {"pip", "venv", "ensurepip", "site", "json.tool", "http.server", "compileall", "py_compile",
+                  "pip._internal"}
+_LAUNCHERS = {"torchrun", "deepspeed", "horovodrun"}
+_RUNNERS = {"srun", "sbatch", "salloc", "mpirun", "mpiexec", "sudo", "xargs", "nice", "ionice", "numactl", "taskset",
+            "stdbuf", "chrt", "flock", "ssh", "pdsh", "parallel", "docker", "podman", "apptainer", "singularity",
+            "nsys", "ncu", "strace", "watch"}
+_STARTS_PROGRAMS = re.compile(r"(^|[\s/'\"=;&|(])(python[\d.]*|bash|sh|dash|torchrun|deepspeed|accelerate)(\s|$)|"
+                              r"\.(sh|bash|py)(\s|$|[\"';&|)])")
+
+
+def _unfollowed(words: Sequence[str], cwd: str) -> Optional[str]:
+    """What a command that starts no main_ppo run by the launch grammar may start and check does
+    not read (a Python file or module, what torchrun, deepspeed, ``accelerate launch``, ``uv run``,
+    ``ray job submit``, srun, sudo, xargs, ... start, a script on PATH, a program file of another
+    language: a file here with a ``#!`` line), as words for an ``assumed:`` line; ``None`` for every
+    other command."""
+    index, _ = _launched(words)
+    index = index or 0
+    name, rest = os.path.basename(words[index]), list(words[index + 1:])
+    if _PYTHON.fullmatch(name):
+        position = 0
+        while position < len(rest):
+            word = rest[position]
+            if word == "-c" or word.startswith("-c") or word == "-":
+                return None
+            if word == "-m" or word.startswith("-m"):
+                module = word[2:] or (rest[position + 1] if position + 1 < len(rest) else "")
+                return None if not module or module in _PYTHON_NO_RUN else f"the Python module {module}"
+            if word in _PYTHON_VALUED:
+                position += 2
+            elif word.startswith("-"):
+                position += 1
+            else:
+                return f"the Python file {word}"
+        return None
+    if name in _LAUNCHERS or (name, rest[:1]) in (("accelerate", ["launch"]), ("uv", ["run"])) or \
+            (name == "ray" and rest[:2] == ["job", "submit"]):
+        return f"what {name} starts"
+    if name in _RUNNERS or child.shell_of(name):
+        return f"what {name} starts" if any(_STARTS_PROGRAMS.search(word) for word in rest) else None
+    if name.endswith((*_SCRIPT_SUFFIXES, ".py")) or "/" in words[index] and child.first_line(
+            os.path.join(cwd, words[index])):
+        return f"the program {words[index]}"
+    return None
 
 
 def _env_assignments(words: Sequence[str]) -> dict:

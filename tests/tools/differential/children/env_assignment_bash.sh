@@ -1,0 +1,2 @@
+D="$(dirname "$0")/lib"
+env N=1 bash "$D/uses_n.bash"

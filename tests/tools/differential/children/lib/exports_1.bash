@@ -1,0 +1,2 @@
+export N=1
+cd /

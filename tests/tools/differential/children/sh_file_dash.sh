@@ -1,0 +1,2 @@
+D="$(dirname "$0")/lib"
+sh "$D/stage.bash" 1

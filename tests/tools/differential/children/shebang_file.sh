@@ -1,0 +1,2 @@
+D="$(dirname "$0")/lib"
+"$D/run.child" 1

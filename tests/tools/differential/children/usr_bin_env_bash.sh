@@ -1,0 +1,2 @@
+D="$(dirname "$0")/lib"
+/usr/bin/env bash "$D/stage.bash" 1
