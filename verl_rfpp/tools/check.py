@@ -235,12 +235,11 @@ def _loaded_for(launch, reading, script: str, loads: Environments) -> tuple[tupl
 
 
 def _judge(run, loaded=None) -> Judged:
-    """The verdict on one main_ppo command line (``scripts.MainPpoCommand``)."""
-    from verl_rfpp.adapter import loading
-
-    plugin_loaded = loading.verl_loads_plugin()
-    platform_without_programs()
-    from verl_rfpp.adapter import compose, verdict
+    """The verdict on one main_ppo command line (``scripts.MainPpoCommand``). verl's Python is
+    imported (in this process, as verl's ``main_ppo`` would) only when the installed distributions do
+    not settle that verl runs our estimators (``loading.known_active``) or when the estimator's name
+    reads as ours misspelt (verl's registry may hold it); composing needs only Hydra and verl's files."""
+    from verl_rfpp.adapter import compose, loading, verdict
 
     config_path, config_name, overrides = run.composition()
     try:
@@ -249,7 +248,12 @@ def _judge(run, loaded=None) -> Judged:
         raise
     except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
         return Judged(3, (_composition_error(error, overrides),))
-    found = verdict.judge_config(config, plugin_loaded=plugin_loaded)
+    known = not _asks_verls_registry(config) and loading.known_active()
+    plugin_loaded = known
+    if not known:
+        platform_without_programs()
+        plugin_loaded = loading.verl_loads_plugin()
+    found = verdict.judge_config(config, plugin_loaded=plugin_loaded, known_active=known)
     if loaded is not None:
         found = _in_environment(found, loaded)
         unknown = _decided_by_user_code(found, loaded)
@@ -263,6 +267,16 @@ def _judge(run, loaded=None) -> Judged:
         fixes = getattr(found.refusal, "fixes", None)
         return Judged(found.status, tuple(str(found.refusal).splitlines()), None if fixes is None else tuple(fixes))
     return Judged(found.status, (*(f"warning: {note}" for note in found.warnings), found.summary()), kl=found.kl)
+
+
+def _asks_verls_registry(config) -> bool:
+    """Whether the verdict reads verl's advantage registry: a name that reads as ours misspelt may
+    be one verl (or a plugin) registers (``verdict._misspelt``)."""
+    try:
+        name = validation.estimator_name(config)
+    except validation.UnreadableConfigError:
+        return False
+    return validation.estimator_of(config) is None and validation.misspelt_estimator(name) is not None
 
 
 def platform_without_programs() -> str:
@@ -312,7 +326,7 @@ def _decided_by_user_code(found, loaded) -> str:
 def _in_environment(found, loaded):
     """``found`` as verl in the script's environment would have it (``loaded``: what it loads there)."""
     from verl_rfpp.adapter import verdict
-    from verl_rfpp.adapter.registries import ActivationError
+    from verl_rfpp.errors import ActivationError
 
     if found.estimator is not None and not loaded.loaded:
         return verdict.Verdict(found.name, found.estimator, refusal=ActivationError(loaded.problems[found.estimator]))
