@@ -59,7 +59,19 @@ def known_active() -> bool:
     - ``import verl`` runs no code but verl's and this plugin's: ``VERL_USE_EXTERNAL_MODULES`` is
       empty, and the only ``verl.plugins`` entry point ``VERL_USE_EXTERNAL_PLUGINS`` lets load is ours,
       naming ``verl_rfpp.plugin``, which is the module of this very package;
-    - the plugin's import-time version check passes (``VERL_RFPP_DRIVER_VERSION`` unset or ours)."""
+    - the plugin's import-time version check passes (``VERL_RFPP_DRIVER_VERSION`` unset or ours).
+
+    Found once per process for each value of those variables and of ``sys.path``."""
+    key = (*(os.environ.get(name) for name in (MODULES_ENV, PLUGINS_ENV, DRIVER_VERSION_ENV)), tuple(sys.path))
+    if key not in _KNOWN:
+        _KNOWN[key] = _known_active()
+    return _KNOWN[key]
+
+
+_KNOWN: dict[tuple, bool] = {}  # known_active's answers in this process
+
+
+def _known_active() -> bool:
     from verl_rfpp import __version__
     from verl_rfpp.adapter.versions import verl_tested
 
@@ -86,19 +98,9 @@ def _is_this_package(module: str) -> bool:
     return spec is not None and spec.origin is not None and os.path.dirname(os.path.abspath(spec.origin)) == here
 
 
-_RECORDED: dict[tuple, bool] = {}  # _as_recorded's answers in this process, by where and what the distribution is
-
-
 def _as_recorded(distribution: metadata.Distribution) -> bool:
     """Whether the distribution's files that its RECORD gives a hash (every file but RECORD itself
-    and compiled ``.pyc``) hold those bytes; ``False`` when it lists none. Read once per process."""
-    key = (str(distribution.locate_file("")), distribution.metadata["Name"], distribution.version)
-    if key not in _RECORDED:
-        _RECORDED[key] = _hashes_match(distribution)
-    return _RECORDED[key]
-
-
-def _hashes_match(distribution: metadata.Distribution) -> bool:
+    and compiled ``.pyc``) hold those bytes; ``False`` when it lists none."""
     hashed = [path for path in distribution.files or () if path.hash is not None]
     for path in hashed:
         try:

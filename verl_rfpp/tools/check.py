@@ -86,7 +86,10 @@ def check_command(words: Sequence[str], verbose: bool = False, config_path: Opti
     """``verl-rfpp check``: read the runs (a script's main_ppo launches, or overrides), compose verl's
     config as main_ppo would, and print the verdict of each; the worst exit status."""
     with _own_platform_variable():
-        return _command(list(words), verbose, config_path, config_name, import_user_modules)
+        try:
+            return _command(list(words), verbose, config_path, config_name, import_user_modules)
+        finally:
+            _COMPOSITIONS.clear()
 
 
 def _command(words: list, verbose: bool, config_path: Optional[str], config_name: Optional[str],
@@ -235,19 +238,29 @@ def _loaded_for(launch, reading, script: str, loads: Environments) -> tuple[tupl
 
 
 def _judge(run, loaded=None) -> Judged:
-    """The verdict on one main_ppo command line (``scripts.MainPpoCommand``). verl's Python is
-    imported (in this process, as verl's ``main_ppo`` would) only when the installed distributions do
-    not settle that verl runs our estimators (``loading.known_active``) or when the estimator's name
-    reads as ours misspelt (verl's registry may hold it); composing needs only Hydra and verl's files."""
-    from verl_rfpp.adapter import compose, loading, verdict
-
+    """The verdict on one main_ppo command line (``scripts.MainPpoCommand``). A refusal with fixes
+    carries the warnings the run gets once accepted with them (the run judged again with its fixes
+    appended): what the user fixes first comes with what the accepted run will also say."""
     config_path, config_name, overrides = run.composition()
-    try:
-        config = compose.compose_verl_config(overrides, config_path, config_name)
-    except ImportError:
-        raise
-    except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
-        return Judged(3, (_composition_error(error, overrides),))
+    judged = _judge_overrides(config_path, config_name, overrides, loaded)
+    if judged.status != 1 or not judged.fixes:
+        return judged
+    fixed = _judge_overrides(config_path, config_name, [*overrides, *judged.fixes], loaded)
+    warnings = fixed.lines[:-1] if fixed.status == 0 else ()
+    return Judged(judged.status, (*warnings, *judged.lines), judged.fixes, judged.kl)
+
+
+def _judge_overrides(config_path: Optional[str], config_name: Optional[str], overrides: Sequence[str],
+                     loaded=None) -> Judged:
+    """The verdict on main_ppo's config composed from ``overrides``. verl's Python is imported (in
+    this process, as verl's ``main_ppo`` would) only when the installed distributions do not settle
+    that verl runs our estimators (``loading.known_active``) or when the estimator's name reads as
+    ours misspelt (verl's registry may hold it); composing needs only Hydra and verl's files."""
+    from verl_rfpp.adapter import loading, verdict
+
+    config = _composed(config_path, config_name, tuple(overrides))
+    if isinstance(config, Exception):
+        return Judged(3, (_composition_error(config, overrides),))
     known = not _asks_verls_registry(config) and loading.known_active()
     plugin_loaded = known
     if not known:
@@ -267,6 +280,26 @@ def _judge(run, loaded=None) -> Judged:
         fixes = getattr(found.refusal, "fixes", None)
         return Judged(found.status, tuple(str(found.refusal).splitlines()), None if fixes is None else tuple(fixes))
     return Judged(found.status, (*(f"warning: {note}" for note in found.warnings), found.summary()), kl=found.kl)
+
+
+_COMPOSITIONS: dict[tuple, object] = {}  # one check command's compositions (cleared when it ends)
+
+
+def _composed(config_path: Optional[str], config_name: Optional[str], overrides: tuple[str, ...]):
+    """verl's config composed from ``overrides`` (``compose.compose_verl_config``), or the error Hydra
+    raised; once per command for each composition (a refusal, its fixes and the script read again
+    with them compose the same runs)."""
+    from verl_rfpp.adapter import compose
+
+    key = (config_path, config_name, overrides)
+    if key not in _COMPOSITIONS:
+        try:
+            _COMPOSITIONS[key] = compose.compose_verl_config(list(overrides), config_path, config_name)
+        except ImportError:
+            raise
+        except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
+            _COMPOSITIONS[key] = error
+    return _COMPOSITIONS[key]
 
 
 def _asks_verls_registry(config) -> bool:
