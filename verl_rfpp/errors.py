@@ -22,3 +22,7 @@ class NonFiniteError(RfppInputError):
     """A valid position holds NaN or Inf, or a result overflows its dtype (docs/contract.md
     section 1: only masked positions may hold garbage). On accelerators the same check is a
     device-side assert, to keep the step free of host syncs."""
+
+
+class ActivationError(RfppError):
+    """verl's registry does not resolve one of our names to our estimator (docs/contract.md section 8)."""

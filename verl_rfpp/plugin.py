@@ -15,10 +15,10 @@ from __future__ import annotations
 import importlib
 
 from verl_rfpp.adapter import config, runtime_env, table
+from verl_rfpp.adapter.loading import ENTRY_POINT
 from verl_rfpp.adapter.patching import status
 from verl_rfpp.adapter.registries import (
     CORE_ALGOS,
-    ENTRY_POINT,
     TRACE_ENV,
     ActivationError,
     GuardedEstimator,

@@ -1,5 +1,7 @@
 """What importing verl costs with the plugin: only verl_rfpp's own small modules on top of verl's
-(the registries are patched when verl imports them). Timing is in benchmarks/bench_import.py."""
+(the registries are patched when verl imports them); and what ``verl-rfpp check`` costs: neither verl nor
+torch where the installed metadata settles the verdict. Timing is in benchmarks/bench_import.py and
+benchmarks/bench_check.py."""
 
 from __future__ import annotations
 
@@ -44,3 +46,29 @@ def test_registries_are_ours_whichever_way_verl_is_reached():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split()[-4:] == ["verl_rfpp.adapter.registries"] * 2 + ["verl_rfpp.losses", "True"]
+
+
+CHECKED = """
+import json, sys
+from verl_rfpp.tools import cli
+code = cli.main(["check", *sys.argv[1:]])
+print(json.dumps([code, sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "verl"))]))
+"""
+
+
+@pytest.mark.parametrize("words,code", [
+    (["algorithm.adv_estimator=reinforce_plus_plus_baseline"], 1),
+    (["algorithm.adv_estimator=grpo"], 0),
+    (["tests/tools/scripts/verl/grpo_trainer/run_deepseek7b_llm.sh",
+      "algorithm.adv_estimator=reinforce_plus_plus_baseline"], 1),
+], ids=["overrides-refused", "not-ours", "verl-example-script"])
+def test_check_imports_neither_torch_nor_verl_where_the_metadata_settles_the_verdict(words, code):
+    """Composing needs Hydra and verl's files, the rules OmegaConf; verl's activation comes from the
+    installed metadata (``loading.known_active``), so check's process loads no module of verl or torch."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("VERL_USE_EXTERNAL_PLUGINS", "VERL_USE_EXTERNAL_MODULES")}
+    result = subprocess.run([sys.executable, "-c", CHECKED, *words], capture_output=True, text=True, timeout=300,
+                            cwd=root, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [code, []]

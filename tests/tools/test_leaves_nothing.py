@@ -1,6 +1,6 @@
-"""``check``, ``doctor`` and ``recipe`` leave nothing behind (issue 38 item 6; docs/contract.md section
-6.5): each runs as a user runs it, in a process of its own with a private, empty ``TMPDIR``, and the
-directory is empty again when it ends (before: a ``verl-rfpp-check-*.log`` and a
+"""``check``, ``doctor`` and ``recipe`` leave nothing behind (issue 38 item 6, issue 50 item 5;
+docs/contract.md section 6.5): each runs as a user runs it, in a process of its own with a private,
+empty ``TMPDIR`` and ``HOME``, and both are empty again when it ends (before: a ``verl-rfpp-check-*.log`` and a
 ``torchinductor_USER`` folder after every check). check starts no program of its own: a stand-in
 ``nvidia-smi`` first on ``PATH`` (what verl's platform probe runs) writes a witness file when run."""
 
@@ -40,5 +40,28 @@ def test_a_command_leaves_its_temporary_directory_as_it_found_it(name, tmp_path)
     done = subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", *COMMANDS[name]], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stdout + done.stderr
-    assert os.listdir(scratch) == [], os.listdir(scratch)
+    assert os.listdir(scratch) == [] and os.listdir(home) == [], (os.listdir(scratch), os.listdir(home))
     assert name == "doctor" or not witness.exists(), "check started nvidia-smi"
+
+
+def test_the_demos_trainer_keeps_hugging_faces_datasets_cache_in_the_runs_folder(tmp_path):
+    """What verl's dataset does with the demo's parquet files (``datasets.load_dataset("parquet")``, a
+    cache folder and a lock per file), in the demo trainer's environment with a private HOME and
+    TMPDIR: all of it in the run's folder (before: under ~/.cache/huggingface/datasets, every demo)."""
+    import pandas
+
+    from verl_rfpp.cpu import launch
+
+    run, home, scratch = tmp_path / "run", tmp_path / "home", tmp_path / "tmp"
+    for folder in (run, home, scratch):
+        folder.mkdir()
+    pandas.DataFrame({"prompt": ["1+1", "2+2"]}).to_parquet(run / "train.parquet")
+    env = {**launch.trainer_environment(run), "HOME": str(home)}
+    env["TMPDIR"] = str(scratch)  # the trainer's own (the run's tmp/) would hide what lands in a TMPDIR
+    data = str(run / "train.parquet")
+    code = f"import datasets; print(len(datasets.load_dataset('parquet', data_files={data!r})['train']))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split()[-1] == "2", done.stderr[-2000:]
+    assert os.listdir(home) == [] and os.listdir(scratch) == [], (os.listdir(home), os.listdir(scratch))
+    cache = run / launch.TEMP / "huggingface" / "datasets"
+    assert any(cache.iterdir()), "the datasets cache is not in the run's folder"

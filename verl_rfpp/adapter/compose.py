@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Optional, Sequence
 
@@ -12,10 +13,12 @@ MAIN_CONFIG_NAME = "ppo_trainer"  # main_ppo's @hydra.main(config_path="config",
 def config_dir(config_path: Optional[str] = None) -> str:
     """The directory Hydra reads for main_ppo's ``--config-path``: absolute as given, relative to
     main_ppo's own directory (``verl/trainer``) as Hydra takes a ``config_path``; verl's packaged
-    ``verl/trainer/config`` when none is given."""
-    import verl.trainer
-
-    here = os.path.dirname(verl.trainer.__file__)
+    ``verl/trainer/config`` when none is given. Found without importing verl (``find_spec`` of the
+    top-level package runs none of its code)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("verl is not installed in this environment (pip install verl)", name="verl")
+    here = os.path.join(spec.submodule_search_locations[0], "trainer")
     return os.path.normpath(os.path.join(here, config_path or "config"))
 
 

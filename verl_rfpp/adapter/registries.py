@@ -15,24 +15,20 @@ import torch
 
 from verl_rfpp import catalog, estimators, validation
 from verl_rfpp.adapter import sessions
+from verl_rfpp.adapter.loading import exclusion_cause
 from verl_rfpp.adapter.patching import MARKER, Internal
 from verl_rfpp.adapter.versions import no_loader_problem
 from verl_rfpp.core.metrics import STEP_METRICS
-from verl_rfpp.errors import RfppError
+from verl_rfpp.errors import ActivationError
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"  # the estimator and policy-loss registries
 INTERNALS = (
     Internal(CORE_ALGOS, "ADV_ESTIMATOR_REGISTRY", kind=dict),
     Internal(CORE_ALGOS, "get_adv_estimator_fn"),
 )
-ENTRY_POINT = "verl_rfpp"
 TRACE_ENV = "VERL_RFPP_TRACE"  # a file path: one line per estimator call (name, pid, N)
 
 checked_in_process: set[str] = set()
-
-
-class ActivationError(RfppError):
-    """verl's registry does not resolve one of our names to our estimator (docs/contract.md section 8)."""
 
 
 def _guard_first_call(name: str, config: Any) -> None:
@@ -142,18 +138,6 @@ def _problem(name: str, cause: str) -> str:
         f"verl_rfpp: verl's registry does not resolve {name!r} to verl-rfpp's estimator: {cause}. "
         "Check with: verl-rfpp doctor"
     )
-
-
-def exclusion_cause() -> Optional[str]:
-    """Why ``VERL_USE_EXTERNAL_PLUGINS`` keeps verl from loading this plugin, or ``None``."""
-    policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
-    allowed = {part.strip() for part in policy.split(",")}
-    if policy == "none" or (policy != "auto" and ENTRY_POINT not in allowed):
-        return (
-            f"the plugin is excluded by VERL_USE_EXTERNAL_PLUGINS={policy!r}; set it to 'auto' or "
-            f"add '{ENTRY_POINT}' to the list"
-        )
-    return None
 
 
 def not_loaded_problem(name: str) -> str:

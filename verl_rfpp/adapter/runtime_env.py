@@ -26,8 +26,8 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from verl_rfpp import validation
 from verl_rfpp.adapter.patching import Internal, marked
-from verl_rfpp.adapter.registries import ActivationError
 from verl_rfpp.adapter.state import PUBLIC_MODULE, logger
+from verl_rfpp.errors import ActivationError
 
 CONSTANTS = "verl.trainer.constants_ppo"
 MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"

@@ -2,7 +2,8 @@
 (docs/contract.md sections 6.3, 6.4 and 6.5): is the run ours, would verl run our estimator (active), and
 does the config keep the contract (valid), asked in that order. The rules themselves are
 ``verl_rfpp.validation``'s pure table; this module adds what needs verl: its registry and the
-plugin's activation state."""
+plugin's activation state (asked of verl only when ``verl_rfpp.adapter.loading.known_active`` has not
+settled it: this module imports neither verl nor torch itself)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig
 
 from verl_rfpp import validation
-from verl_rfpp.adapter.registries import ActivationError, activation_problem, not_loaded_problem
 from verl_rfpp.adapter.runtime_env import config_notes
-from verl_rfpp.errors import RfppError
+from verl_rfpp.errors import ActivationError, RfppError
 
 OK, REFUSED, UNREADABLE = 0, 1, 3  # the exit status of each verdict (verl-rfpp check --help)
 
@@ -54,10 +54,12 @@ class Verdict:
         return f"OK: this config runs {self.estimator} as docs/contract.md defines it; KL: {self.kl}."
 
 
-def judge_config(config: Any, plugin_loaded: bool = True) -> Verdict:
+def judge_config(config: Any, plugin_loaded: bool = True, known_active: bool = False) -> Verdict:
     """The verdict on ``config``. ``plugin_loaded``: whether verl loaded this plugin through its
     entry point (always so inside verl's ``validate_config``; ``check`` says, see
-    ``verl_rfpp.adapter.loading``). Anything that is not an OmegaConf config is not ours."""
+    ``verl_rfpp.adapter.loading``); ``known_active``: ``loading.known_active()`` holds, so verl's
+    registry and the hooks need not be asked (they are ours). Anything that is not an OmegaConf
+    config is not ours."""
     if not isinstance(config, DictConfig):
         return Verdict(None, None)
     try:
@@ -67,7 +69,7 @@ def judge_config(config: Any, plugin_loaded: bool = True) -> Verdict:
     estimator = validation.estimator_of(config)
     if estimator is None:
         return Verdict(name, None, refusal=_misspelt(name))
-    problem = activation_problem(estimator, config) if plugin_loaded else not_loaded_problem(estimator)
+    problem = None if known_active else _activation_problem(estimator, config, plugin_loaded)
     if problem is not None:
         return Verdict(name, estimator, refusal=ActivationError(problem))
     try:
@@ -79,6 +81,13 @@ def judge_config(config: Any, plugin_loaded: bool = True) -> Verdict:
     except validation.UnreadableConfigError as error:
         return Verdict(name, estimator, refusal=error)
     return Verdict(name, estimator, warnings=notes, kl=kl)
+
+
+def _activation_problem(estimator: str, config: Any, plugin_loaded: bool) -> Optional[str]:
+    """Why verl, as loaded in this process, would not run ``estimator`` as ours (``registries``)."""
+    from verl_rfpp.adapter.registries import activation_problem, not_loaded_problem
+
+    return activation_problem(estimator, config) if plugin_loaded else not_loaded_problem(estimator)
 
 
 def _misspelt(name: Any) -> Optional[validation.MisspeltEstimatorError]:

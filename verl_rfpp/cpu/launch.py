@@ -267,6 +267,10 @@ def trainer_environment(out_dir: Path, ours: bool = True) -> dict[str, str]:
         # verl leaves a ckpt_<hash>.lock in the temporary folder for every checkpoint folder it makes and
         # never removes it: the run's own folder takes them; Ray's sessions stay where they were
         "TMPDIR": str(out_dir / TEMP),
+        # Hugging Face's caches (the datasets library's, which verl's dataset builds from the parquet
+        # files: a folder and a lock per file) in the run's folder too, not in the user's ~/.cache
+        "HF_HOME": str(out_dir / TEMP / "huggingface"),
+        "HF_DATASETS_CACHE": str(out_dir / TEMP / "huggingface" / "datasets"),
         "RAY_TMPDIR": env.get("RAY_TMPDIR") or tempfile.gettempdir(),
     })
     if not ours:

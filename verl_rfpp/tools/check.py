@@ -86,7 +86,10 @@ def check_command(words: Sequence[str], verbose: bool = False, config_path: Opti
     """``verl-rfpp check``: read the runs (a script's main_ppo launches, or overrides), compose verl's
     config as main_ppo would, and print the verdict of each; the worst exit status."""
     with _own_platform_variable():
-        return _command(list(words), verbose, config_path, config_name, import_user_modules)
+        try:
+            return _command(list(words), verbose, config_path, config_name, import_user_modules)
+        finally:
+            _COMPOSITIONS.clear()
 
 
 def _command(words: list, verbose: bool, config_path: Optional[str], config_name: Optional[str],
@@ -236,21 +239,35 @@ def _loaded_for(launch, reading, script: str, loads: Environments) -> tuple[tupl
 
 
 def _judge(run, loaded=None) -> Judged:
-    """The verdict on one main_ppo command line (``scripts.MainPpoCommand``)."""
-    from verl_rfpp.adapter import loading
-
-    plugin_loaded = loading.verl_loads_plugin()
-    platform_without_programs()
-    from verl_rfpp.adapter import compose, verdict
-
+    """The verdict on one main_ppo command line (``scripts.MainPpoCommand``). A refusal with fixes
+    carries the warnings the run gets once accepted with them (the run judged again with its fixes
+    appended): what the user fixes first comes with what the accepted run will also say."""
     config_path, config_name, overrides = run.composition()
-    try:
-        config = compose.compose_verl_config(overrides, config_path, config_name)
-    except ImportError:
-        raise
-    except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
-        return Judged(3, (_composition_error(error, overrides),))
-    found = verdict.judge_config(config, plugin_loaded=plugin_loaded)
+    judged = _judge_overrides(config_path, config_name, overrides, loaded)
+    if judged.status != 1 or not judged.fixes:
+        return judged
+    fixed = _judge_overrides(config_path, config_name, [*overrides, *judged.fixes], loaded)
+    warnings = fixed.lines[:-1] if fixed.status == 0 else ()
+    return Judged(judged.status, (*warnings, *judged.lines), judged.fixes, judged.kl)
+
+
+def _judge_overrides(config_path: Optional[str], config_name: Optional[str], overrides: Sequence[str],
+                     loaded=None) -> Judged:
+    """The verdict on main_ppo's config composed from ``overrides``. verl's Python is imported (in
+    this process, as verl's ``main_ppo`` would) only when the installed distributions do not settle
+    that verl runs our estimators (``loading.known_active``) or when the estimator's name reads as
+    ours misspelt (verl's registry may hold it); composing needs only Hydra and verl's files."""
+    from verl_rfpp.adapter import loading, verdict
+
+    config = _composed(config_path, config_name, tuple(overrides))
+    if isinstance(config, Exception):
+        return Judged(3, (_composition_error(config, overrides),))
+    known = not _asks_verls_registry(config) and loading.known_active()
+    plugin_loaded = known
+    if not known:
+        platform_without_programs()
+        plugin_loaded = loading.verl_loads_plugin()
+    found = verdict.judge_config(config, plugin_loaded=plugin_loaded, known_active=known)
     if loaded is not None:
         found = _in_environment(found, loaded)
         unknown = _decided_by_user_code(found, loaded)
@@ -264,6 +281,36 @@ def _judge(run, loaded=None) -> Judged:
         fixes = getattr(found.refusal, "fixes", None)
         return Judged(found.status, tuple(str(found.refusal).splitlines()), None if fixes is None else tuple(fixes))
     return Judged(found.status, (*(f"warning: {note}" for note in found.warnings), found.summary()), kl=found.kl)
+
+
+_COMPOSITIONS: dict[tuple, object] = {}  # one check command's compositions (cleared when it ends)
+
+
+def _composed(config_path: Optional[str], config_name: Optional[str], overrides: tuple[str, ...]):
+    """verl's config composed from ``overrides`` (``compose.compose_verl_config``), or the error Hydra
+    raised; once per command for each composition (a refusal, its fixes and the script read again
+    with them compose the same runs)."""
+    from verl_rfpp.adapter import compose
+
+    key = (config_path, config_name, overrides)
+    if key not in _COMPOSITIONS:
+        try:
+            _COMPOSITIONS[key] = compose.compose_verl_config(list(overrides), config_path, config_name)
+        except ImportError:
+            raise
+        except Exception as error:  # noqa: BLE001 (Hydra raises ValueError, KeyError, ... besides its own types)
+            _COMPOSITIONS[key] = error
+    return _COMPOSITIONS[key]
+
+
+def _asks_verls_registry(config) -> bool:
+    """Whether the verdict reads verl's advantage registry: a name that reads as ours misspelt may
+    be one verl (or a plugin) registers (``verdict._misspelt``)."""
+    try:
+        name = validation.estimator_name(config)
+    except validation.UnreadableConfigError:
+        return False
+    return validation.estimator_of(config) is None and validation.misspelt_estimator(name) is not None
 
 
 def platform_without_programs() -> str:
@@ -313,7 +360,7 @@ def _decided_by_user_code(found, loaded) -> str:
 def _in_environment(found, loaded):
     """``found`` as verl in the script's environment would have it (``loaded``: what it loads there)."""
     from verl_rfpp.adapter import verdict
-    from verl_rfpp.adapter.registries import ActivationError
+    from verl_rfpp.errors import ActivationError
 
     if found.estimator is not None and not loaded.loaded:
         return verdict.Verdict(found.name, found.estimator, refusal=ActivationError(loaded.problems[found.estimator]))

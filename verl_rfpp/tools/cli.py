@@ -53,10 +53,12 @@ def _doctor_cluster(args: argparse.Namespace) -> int:
 
 
 def _mention(log: quiet.QuietLog) -> None:
-    """The line naming the command's log of other libraries' messages, when there is one (doctor
-    prints it before its report: the verdict stays the last line)."""
+    """The line naming the command's log of other libraries' messages, when a line of it reads as an
+    error (doctor prints it before its report: the verdict stays the last line); a log it does not
+    name is removed."""
     if log.mention():
         print(log.mention())
+    quiet.discard(log)
 
 
 def _check(args: argparse.Namespace) -> int:

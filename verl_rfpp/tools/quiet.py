@@ -1,21 +1,30 @@
 """Where other libraries' lines go while a command prints only its own (verl's import-time warnings,
 Ray's and numba's messages): file descriptor 2 of this process is sent to a log file of the command's
 own, made by ``tempfile.mkstemp`` (created exclusively, mode 0600, never a fixed path, never through a
-symlink). The log is removed when nothing was written to it; otherwise ``QuietLog.path`` names it.
-With ``keep=False`` the log has no name at all (``tempfile.TemporaryFile``) and ``QuietLog`` only
-counts its lines. When no log can be made (an unwritable ``TMPDIR``) the lines are dropped, never a
-traceback. ``scratch`` gives a command a private temporary directory for what other libraries
-write there (torch's ``torchinductor_*`` cache), removed when the command ends."""
+symlink). The command says nothing of those lines unless one of them reads as an error
+(``ERROR_LINE``: a logging record at ERROR or above, a traceback): then ``QuietLog.mention`` names the
+log (or counts its lines). The log is removed when nothing was written to it or when the block ends
+by an exception (an interrupt included); otherwise ``QuietLog.path`` names it, for the caller to move
+or, when it mentions nothing, remove (``discard``). With ``keep=False`` the log has no name at all
+(``tempfile.TemporaryFile``) and ``QuietLog`` only counts its lines. When no log can be made (an
+unwritable ``TMPDIR``) the lines are dropped, never a traceback. ``scratch`` gives a command a private
+temporary directory for what other libraries write there (torch's ``torchinductor_*`` cache), removed
+when the command ends."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Iterator, Optional
+
+# A line of another library the user must see: a logging record at ERROR or above (verl's and
+# Python's formats put the level first), or a traceback and its last line.
+ERROR_LINE = re.compile(r"^\W*(?:ERROR|CRITICAL|FATAL)\b|^Traceback \(most recent call last\):|^\S*Error: ")
 
 
 @dataclass
@@ -25,10 +34,13 @@ class QuietLog:
 
     path: Optional[str] = None
     lines: int = 0
+    errors: int = 0  # of ``lines``, those that read as errors (``ERROR_LINE``)
 
     def mention(self) -> str:
         """A sentence naming the log (or, for a log not kept, counting its lines) for the command's
-        output, or ``""`` when nothing was written."""
+        output when a line of it reads as an error, else ``""``."""
+        if not self.errors:
+            return ""
         if self.path:
             return f"(other libraries' messages: {self.path})"
         if self.lines:
@@ -61,10 +73,12 @@ def quiet(command: str, verbose: bool = False, stdout: bool = False, keep: bool 
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(fd) for fd in routed]
+    ended = False
     try:
         for fd in routed:
             os.dup2(descriptor, fd)
         yield log
+        ended = True
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -72,16 +86,33 @@ def quiet(command: str, verbose: bool = False, stdout: bool = False, keep: bool 
             os.dup2(copy, fd)
             os.close(copy)
         written = os.fstat(descriptor).st_size if path else 0
+        if anonymous is not None or written:
+            _count(log, anonymous.fileno() if anonymous is not None else descriptor)
         os.close(descriptor)
         if anonymous is not None:
-            anonymous.seek(0)
-            log.lines = sum(1 for _ in anonymous)
             anonymous.close()
-        if path and written:
+        if path and written and ended:
             log.path = path
         elif path:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def _count(log: QuietLog, descriptor: int) -> None:
+    """``log.lines`` and ``log.errors`` from the log open at ``descriptor`` (read from its start)."""
+    with open(os.dup(descriptor), "rb") as handle:
+        handle.seek(0)
+        for line in handle:
+            log.lines += 1
+            log.errors += bool(ERROR_LINE.search(line.decode("utf-8", "replace")))
+
+
+def discard(log: QuietLog) -> None:
+    """Remove the kept log of a command that mentions nothing of it (no line reads as an error)."""
+    if log.path and not log.mention():
+        with contextlib.suppress(OSError):
+            os.unlink(log.path)
+        log.path = None
 
 
 _SCRATCH_VARIABLES = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")  # torch sets the second on import (cache_dir_utils)
