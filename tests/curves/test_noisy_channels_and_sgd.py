@@ -264,6 +264,9 @@ def test_each_method_s_own_sgd_rate_is_the_criterion_on_the_committed_noise_free
     assert rms["verl_grpo"] == pytest.approx(0.9268, abs=1e-4)
     assert 0.15 * rms["ours_baseline"] / rms["verl_grpo"] == pytest.approx(0.2275, abs=1e-4)  # 0.23 at 2 digits
     assert noisy_plan.own_rates(saved) == noisy_plan.OWN_RATES == {"ours_baseline": 0.15, "verl_grpo": 0.23}
+    report = " ".join((DOCS / "report.md").read_text().split())  # the hand-written statement of the criterion
+    assert (f"0.15 x {rms['ours_baseline']:.4f} / {rms['verl_grpo']:.4f} = "
+            f"{0.15 * rms['ours_baseline'] / rms['verl_grpo']:.4f}, so **GRPO lr 0.23**") in report
     assert [noisy_plan.round_2(x) for x in (0.22745, 0.0049, 1.449)] == [0.23, 0.0049, 1.4]
     assert noisy_plan.plan() == [("verl_grpo", noise, seed) for noise in (0.0, 0.1) for seed in range(8)]
     assert sorted((r["noise_std"], r["seed"]) for r in noisy_plan.reused(saved)) == \

@@ -57,7 +57,7 @@ CLAIM = {claim.key: claim for claim in CLAIMS}
 # p of the noise's part (GRPO minus our baseline, noisy minus noise-free, paired) of each consequence's
 # endpoint at the end. Every other p in the reports is exploratory.
 PRIMARY = tuple(CLAIM[key].measure for key in CONSEQUENCES)
-RULE_COMMIT = None  # the commit that added "against" and the headline on the noise's part (set once known)
+RULE_COMMIT = "db27e9c"  # the commit that added "against" and the headline on the noise's part
 AGAINST = 7 / 8  # "against": the opposite sign in at least this share of the seeds (7 of 8), and the t-interval
 #                  excluding 0 on that side; fixed before the own-rate SGD runs (issue 52)
 TWIN_NOTE = ("the flat prompts start near uniform (The task, below), and for a uniform start "

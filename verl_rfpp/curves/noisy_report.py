@@ -594,8 +594,10 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
     effect, part, progress = noise_effect(table, clean), noise_part(table, clean), matched(records)
     matched_part = matched_noise_part(records, list(control))
     moved = channels(table)
+    table_lrs = sorted(table)
     steps, noise, optimizer = records[0]["steps"], records[0]["noise_std"], optimizer_of(records[0])
-    named = "" if optimizer == "adamw" else f", {noisy_task.OPTIMIZER_LABEL[optimizer]}"
+    named = "" if optimizer == "adamw" else f", {noisy_task.OPTIMIZER_LABEL[optimizer]}" + (
+        f", one shared rate for every method (lr {table_lrs[0]})" if len(table_lrs) == 1 else "")
     lines = [
         f"# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU): design `{spec['design']}`"
         + named,
