@@ -233,10 +233,25 @@ def test_the_verdicts_rule_by_hand():
     assert answer({"per_seed": [0.1, -0.2, 0.3]}, 1) == "mixed"
     assert answer({"per_seed": [0.1, 0.0, 0.3]}, 1) == "mixed"  # a tie is not the claimed sign
     assert answer({"per_seed": []}, 1) == "mixed"
+    # against: the opposite sign in at least 7 of 8 seeds and the t-interval wholly on that side (issue 52)
+    adamw_flat = [-0.276, -0.788, -0.467, 0.055, -0.923, -0.292, -0.494, -0.426]  # the AdamW runs' flat KL
+    assert answer(stats.paired(adamw_flat, [0.0] * 8), 1) == "against"
+    assert answer(stats.paired(adamw_flat, [0.0] * 8), -1) == "mixed"  # the claimed sign in 7 of 8 is no yes
+    six = [-1.0, -1.1, -0.9, -1.2, -1.0, -0.8, 0.1, 0.2]  # 6 of 8 opposite: not enough seeds
+    assert stats.t_interval(six)[1] < 0 and answer(stats.paired(six, [0.0] * 8), 1) == "mixed"
+    wide = [-0.1, -0.1, -0.1, -0.1, -0.1, -0.1, -0.1, 5.0]  # 7 of 8 opposite, the interval crosses 0
+    assert stats.t_interval(wide)[0] < 0 < stats.t_interval(wide)[1] and answer(stats.paired(wide, [0.0] * 8), 1) \
+        == "mixed"
+    assert answer({"per_seed": [-0.1], "t_95": []}, 1) == "no"  # every seed (one) opposite
     plain = noisy_analysis.plain
     assert plain({"flat_moved_more": "yes", "informative_reward_lower_for_grpo": "yes"}) == "yes"
     assert plain({"flat_moved_more": "mixed", "informative_reward_lower_for_grpo": "yes"}) == "partly"
-    assert plain({"flat_moved_more": "mixed", "informative_reward_lower_for_grpo": "no"}) == "no"
+    assert plain({"flat_moved_more": "mixed", "informative_reward_lower_for_grpo": "mixed"}) == "not shown"
+    assert plain({"flat_moved_more": "against", "informative_reward_lower_for_grpo": "yes"}) == \
+        "contradicted: flat prompts moved less under GRPO"
+    assert plain({"flat_moved_more": "no", "informative_reward_lower_for_grpo": "against"}) == \
+        "contradicted: flat prompts moved less under GRPO; GRPO learned the informative prompts faster"
+    assert noisy_analysis.PRIMARY == ("flat_kl_from_start", "informative_true_reward")
 
 
 def _record(key, seed, flat_kl, reward, steps=6, noise_std=0.1):
@@ -248,6 +263,11 @@ def _record(key, seed, flat_kl, reward, steps=6, noise_std=0.1):
     return {"method": {"key": method.key, "label": method.label, "estimator": method.estimator, "ours": method.ours},
             "seed": seed, "steps": steps, "lr": 0.01, "noise_std": noise_std, "seconds": 10.0, "proof": "p",
             "metrics": metrics}
+
+
+def results_part(out):
+    """The headline words (the noise's part) of a written results.json."""
+    return next(iter(json.loads((out / "results.json").read_text())["noise_part"].values()))["answers"]
 
 
 def test_summary_verdict_and_written_files(tmp_path, spec):
@@ -269,7 +289,8 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
     assert verdict["control"]["flat_kl_from_start"]["per_seed"] == pytest.approx([-0.05, 0.05])
     grpo_moved_less = [_record("verl_grpo", 0, 0.1, 0.4), _record("ours_baseline", 0, 0.2, 0.5)]
     moved_less = noisy_analysis.verdicts(noisy_analysis.summarize_noisy(grpo_moved_less, start))["0.01"]
-    assert moved_less["answers"]["flat_moved_more"] == "no" and moved_less["plain"] == "partly"
+    assert moved_less["answers"]["flat_moved_more"] == "no"
+    assert moved_less["plain"] == "contradicted: flat prompts moved less under GRPO"
     control = (_record("verl_grpo", 0, 0.3, 0.45, noise_std=0.0), _record("ours_baseline", 0, 0.15, 0.5, noise_std=0.0))
     clean = noisy_analysis.summarize_noisy(list(control), start)
     effect = noisy_analysis.noise_effect(table, clean)["0.01"]
@@ -288,15 +309,18 @@ def test_summary_verdict_and_written_files(tmp_path, spec):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "report.md").read_text()
     assert "| verl GRPO | 2 | 0.450 ± 0.071 |" in text
-    assert "with this model, at lr 0.01? Yes**: flat prompts moved further: yes; informative ones learned more " \
-           "slowly: yes." in text
+    assert "with this model, at lr 0.01? Yes**: the noise's part of the flat prompts' movement: yes; of the " \
+           "informative prompts' slowdown: yes." in text  # the headline: the noise's part (seed 0, run both ways)
+    assert results_part(tmp_path) == {"flat_moved_more": "yes", "informative_reward_lower_for_grpo": "yes"}
     assert "- GRPO's flat advantages are larger (noise presented as signal); endpoint flat advantage rms: " \
            "**mixed**. GRPO 0.500" in text
-    assert "(true reward at least 1.6 in every seed): **no** (per seed 0.500)." in text
+    assert "(true reward in every seed) at least 1.6, the level AdamW's rate was chosen for (this report): **no**; " \
+           "at least 1, the level plain SGD's rate was chosen for: **no** (per seed 0.500)." in text
     assert "`verl-rfpp curves --task noisy --design separate --out DIR --steps 6 --seeds 2 --control 1 " \
            "--lrs 0.01`" in text
     assert "  - the noise's part: -0.050 ± 0.000 (per seed -0.050; 0 of 1 positive; sign-flip p = 1.000, sign " \
-           "test p = 1.000; no t-interval), 50% of the noisy difference." in text
+           "test p = 1.000; no t-interval)." in text
+    assert "% of the noisy difference" not in text  # a share with no interval is not printed (issue 52)
     assert "bootstrap [" not in text
     results = json.loads((tmp_path / "results.json").read_text())
     assert len(results["runs"]) == 8 and results["verdicts"]["0.01"]["answers"]["flat_moved_more"] == "yes"

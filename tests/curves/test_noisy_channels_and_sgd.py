@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_rfpp.curves import noisy, noisy_analysis, noisy_report, noisy_runs, noisy_task
+from verl_rfpp.curves import noisy, noisy_analysis, noisy_plan, noisy_report, noisy_runs, noisy_task
 from verl_rfpp.curves.runs import METHODS
 
 P = noisy_task.PREFIX
@@ -246,3 +246,43 @@ def test_the_committed_sgd_arm_is_the_planned_runs():
     level = noisy_analysis.LEARNED["sgd"]
     assert f"its level lowered to {level:.1f} so that some rate meets it" in report
     assert f"reads against the level {level:.1f} stated above for the SGD rate" in report
+
+
+def test_each_method_s_own_sgd_rate_is_the_criterion_on_the_committed_noise_free_runs():
+    """issue 52: GRPO's SGD rate equalizes the informative advantages' rms with our baseline's at
+    its rate, from the committed noise-free shared-rate runs (recomputed here from their metrics);
+    the plan makes GRPO's 16 runs, noise-free first, and reuses our baseline's 16."""
+    saved = json.loads((DOCS / "sgd-results.json").read_text())
+    clean = [r for r in saved["runs"] if r["noise_std"] == 0]
+    def run_rms(run):
+        values = [v for _, v in run["metrics"][P + "informative_adv_rms"]]
+        return sum(values) / len(values)
+
+    rms = {key: sum(run_rms(r) for r in clean if r["method"]["key"] == key) / 8
+           for key in ("verl_grpo", "ours_baseline")}
+    assert rms["ours_baseline"] == pytest.approx(1.4054, abs=1e-4)
+    assert rms["verl_grpo"] == pytest.approx(0.9268, abs=1e-4)
+    assert 0.15 * rms["ours_baseline"] / rms["verl_grpo"] == pytest.approx(0.2275, abs=1e-4)  # 0.23 at 2 digits
+    assert noisy_plan.own_rates(saved) == noisy_plan.OWN_RATES == {"ours_baseline": 0.15, "verl_grpo": 0.23}
+    report = " ".join((DOCS / "report.md").read_text().split())  # the hand-written statement of the criterion
+    assert (f"0.15 x {rms['ours_baseline']:.4f} / {rms['verl_grpo']:.4f} = "
+            f"{0.15 * rms['ours_baseline'] / rms['verl_grpo']:.4f}, so **GRPO lr 0.23**") in report
+    assert [noisy_plan.round_2(x) for x in (0.22745, 0.0049, 1.449)] == [0.23, 0.0049, 1.4]
+    assert noisy_plan.plan() == [("verl_grpo", noise, seed) for noise in (0.0, 0.1) for seed in range(8)]
+    assert sorted((r["noise_std"], r["seed"]) for r in noisy_plan.reused(saved)) == \
+        sorted((noise, seed) for noise in (0.0, 0.1) for seed in range(8))
+
+
+def test_the_plan_runner_makes_nothing_the_record_holds(tmp_path):
+    """``run_plan`` restores the record's runs and trains only the planned cells it lacks: with every
+    cell recorded it trains nothing and leaves the record as it was."""
+    saved = json.loads((DOCS / "sgd-results.json").read_text())
+    template = next(r for r in saved["runs"] if r["method"]["key"] == "verl_grpo")
+    runs = [{**template, "lr": 0.23, "noise_std": noise, "seed": seed, "weights_sha256": f"{seed:064d}"}
+            for _, noise, seed in noisy_plan.plan()]
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"runs": runs}))
+    lines = []
+    assert noisy_plan.run_plan(tmp_path / "out", record, lines.append)["runs"] == runs
+    assert lines == [f"16 of 16 runs in {record}; making 0, one at a time, in {tmp_path / 'out'}"]
+    assert len(list((tmp_path / "out" / "runs").glob("*/run.json"))) == 16

@@ -34,6 +34,8 @@ class Claim:
     text: str
     twin: Optional[str] = None
     construction: Optional[str] = None
+    contrary: str = ""  # what the runs say when they contradict it (the plain answer names it)
+    noise_text: str = ""  # the claim about the noise's part (noisy minus noise-free, paired): the headline
 
 
 CLAIMS = (
@@ -42,11 +44,22 @@ CLAIMS = (
                        "sqrt(15/16) = 0.968 whatever the noise's size, and the baselines' scale with the noise: "
                        "a check that the runs are what they claim, with no test"),
     Claim("flat_moved_more", "flat_kl_from_start", 1, "GRPO's flat prompts moved further from their start",
-          twin="flat_entropy_drop"),
+          twin="flat_entropy_drop", contrary="flat prompts moved less under GRPO",
+          noise_text="the noise moved GRPO's flat prompts further from their start than the baseline's"),
     Claim("informative_reward_lower_for_grpo", "informative_true_reward", -1,
-          "GRPO learned the informative prompts more slowly (lower informative true reward at the end)"),
+          "GRPO learned the informative prompts more slowly (lower informative true reward at the end)",
+          contrary="GRPO learned the informative prompts faster",
+          noise_text="the noise slowed GRPO's learning of the informative prompts more than the baseline's"),
 )
 CONSEQUENCES = ("flat_moved_more", "informative_reward_lower_for_grpo")  # the plain answer's two parts
+CLAIM = {claim.key: claim for claim in CLAIMS}
+# The two primary tests per arm, named before the own-rate SGD runs (issue 52): the two-sided exact sign-flip
+# p of the noise's part (GRPO minus our baseline, noisy minus noise-free, paired) of each consequence's
+# endpoint at the end. Every other p in the reports is exploratory.
+PRIMARY = tuple(CLAIM[key].measure for key in CONSEQUENCES)
+RULE_COMMIT = "db27e9c"  # the commit that added "against" and the headline on the noise's part
+AGAINST = 7 / 8  # "against": the opposite sign in at least this share of the seeds (7 of 8), and the t-interval
+#                  excluding 0 on that side; fixed before the own-rate SGD runs (issue 52)
 TWIN_NOTE = ("the flat prompts start near uniform (The task, below), and for a uniform start "
              "KL(pi || pi_start) = ln |V| - H(pi), so the entropy drop and the KL from the start measure the same "
              "movement here")
@@ -143,21 +156,32 @@ def pair(a: dict, b: dict, name: str) -> dict:
 
 
 def answer(d: dict, sign: int) -> str:
-    """The verdict's rule on one paired difference ``d``, fixed when only seed 0 had run:
-    ``yes`` when ``sign`` times it is positive in every seed, ``no`` when negative in every seed,
-    ``mixed`` otherwise (docs/curves/noisy/report.md, Verdict)."""
-    if d["per_seed"] and all(sign * x > 0 for x in d["per_seed"]):
+    """The verdict's rule on one paired difference ``d`` (fixed when only seed 0 had run; ``against``
+    added before the own-rate SGD runs, issue 52): ``yes`` when ``sign`` times it is positive in every
+    seed, ``no`` when negative in every seed, ``against`` when negative in at least ``AGAINST`` of the
+    seeds and its 95% t-interval lies wholly on the negative side, ``mixed`` otherwise
+    (docs/curves/noisy/report.md, Verdict)."""
+    per_seed = d["per_seed"]
+    if per_seed and all(sign * x > 0 for x in per_seed):
         return "yes"
-    if d["per_seed"] and all(sign * x < 0 for x in d["per_seed"]):
+    if per_seed and all(sign * x < 0 for x in per_seed):
         return "no"
+    interval = d.get("t_95") or []
+    if (per_seed and sum(sign * x < 0 for x in per_seed) >= AGAINST * len(per_seed) and interval
+            and max(sign * x for x in interval) < 0):
+        return "against"
     return "mixed"
 
 
 def plain(answers: dict[str, str]) -> str:
-    """The plain answer from the two consequences' words: yes when both hold, no when neither does,
-    partly otherwise."""
+    """The plain answer from the two consequences' words: ``contradicted: ...`` naming each
+    consequence the runs contradict (its word ``no`` or ``against``), else yes when both hold,
+    partly when one does, ``not shown`` when neither does."""
+    contrary = [CLAIM[key].contrary for key in CONSEQUENCES if answers[key] in ("no", "against")]
+    if contrary:
+        return "contradicted: " + "; ".join(contrary)
     words = [answers[key] for key in CONSEQUENCES]
-    return "yes" if all(w == "yes" for w in words) else "no" if "yes" not in words else "partly"
+    return "yes" if all(w == "yes" for w in words) else "partly" if "yes" in words else "not shown"
 
 
 def verdicts(table: dict[str, dict[str, dict]]) -> dict:
@@ -200,11 +224,13 @@ def _at(row: dict, name: str, seed: int) -> float:
 
 
 def noise_part(table: dict[str, dict[str, dict]], control: dict[str, dict[str, dict]]) -> dict:
-    """Per lr and claim endpoint in ``NOISE_MEASURES``, over the seeds GRPO and our baseline ran
+    """Per lr and consequence endpoint (``PRIMARY``), over the seeds GRPO and our baseline ran
     both ways: GRPO minus the baseline noise-free (``noise_free``), with noise (``noisy``), and the
     part the noise caused (``noise_part``: noisy minus noise-free, paired, i.e. the noise's effect
     on GRPO minus its effect on the baseline); ``share``: that part's mean over the noisy
-    difference's."""
+    difference's. The headline (issue 52): each consequence's word by ``answer`` on its noise's
+    part (``answers``), the ``plain`` answer from them, and the ``primary`` tests' p (the noise's
+    part's two-sided sign-flip p, per endpoint)."""
     out: dict = {}
     for lr, clean in control.items():
         rows = table.get(lr, {})
@@ -212,13 +238,17 @@ def noise_part(table: dict[str, dict[str, dict]], control: dict[str, dict[str, d
             continue
         seeds = sorted(set.intersection(*(set(r[k]["seeds"]) for r in (rows, clean) for k in (GRPO, OURS))))
         out[lr] = {"seeds": seeds}
-        for name in ("flat_kl_from_start", "informative_true_reward"):
+        for name in PRIMARY:
             noisy_diff = [_at(rows[GRPO], name, s) - _at(rows[OURS], name, s) for s in seeds]
             clean_diff = [_at(clean[GRPO], name, s) - _at(clean[OURS], name, s) for s in seeds]
             part = paired(noisy_diff, clean_diff)
             out[lr][name] = {"noisy": paired(noisy_diff, [0.0] * len(seeds)),
                              "noise_free": paired(clean_diff, [0.0] * len(seeds)), "noise_part": part,
                              "share": part["diff_mean"] / mean(noisy_diff) if mean(noisy_diff) else float("nan")}
+        out[lr]["answers"] = {key: answer(out[lr][CLAIM[key].measure]["noise_part"], CLAIM[key].sign)
+                              for key in CONSEQUENCES}
+        out[lr]["plain"] = plain(out[lr]["answers"])
+        out[lr]["primary"] = {name: out[lr][name]["noise_part"]["sign_flip_p"] for name in PRIMARY}
     return out
 
 
@@ -256,6 +286,37 @@ def matched(records: list[dict], levels: tuple[float, ...] = LEVELS) -> dict:
                 "seeds": both, "not_reached": [s for s in seeds if s not in both],
                 "steps": {key: [steps[key][s] for s in both] for key in (GRPO, OURS)},
                 "flat_kl_from_start": kl, "difference": paired(kl[GRPO], kl[OURS])}
+    return out
+
+
+def matched_noise_part(records: list[dict], control: list[dict], levels: tuple[float, ...] = LEVELS) -> dict:
+    """Per lr and level, the noise's part at matched informative progress, over the seeds where
+    GRPO and our baseline reached the level both with noise and without: for the flat KL from the
+    start where each run first reaches the level (``flat_kl_from_start``, claimed sign +) and for
+    the step at which it first does (``steps``, claimed sign +: the noise slows GRPO more), GRPO
+    minus the baseline with noise minus the same without, paired (``stats.paired``);
+    ``not_reached``: the other seeds."""
+    out: dict = {}
+    noisy, clean = group(records), group(control)
+    for lr, methods in noisy.items():
+        runs = {(key, kind): {r["seed"]: r for r in table.get(lr, {}).get(key, [])}
+                for key in (GRPO, OURS) for kind, table in (("noisy", noisy), ("clean", clean))}
+        seeds = sorted(set.intersection(*(set(by_seed) for by_seed in runs.values())))
+        if not seeds:
+            continue
+        out[str(lr)] = {}
+        for level in levels:
+            steps = {cell: {s: first_reaching(by_seed[s], level) for s in seeds} for cell, by_seed in runs.items()}
+            both = [s for s in seeds if all(steps[cell][s] is not None for cell in runs)]
+            values = {"flat_kl_from_start": {cell: [at_step(runs[cell][s], P + "flat_kl_from_start", steps[cell][s])
+                                                    for s in both] for cell in runs},
+                      "steps": {cell: [float(steps[cell][s]) for s in both] for cell in runs}}
+            cell_out: dict = {"seeds": both, "not_reached": [s for s in seeds if s not in both]}
+            for name, by_cell in values.items():
+                diff = {kind: [g - o for g, o in zip(by_cell[(GRPO, kind)], by_cell[(OURS, kind)], strict=True)]
+                        for kind in ("noisy", "clean")}
+                cell_out[name] = paired(diff["noisy"], diff["clean"])
+            out[str(lr)][f"{level:g}"] = cell_out
     return out
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from verl_rfpp.curves import noisy_task
 from verl_rfpp.curves.noisy_analysis import (
+    AGAINST,
     CARRIES,
     CHANNEL_OF,
     CHANNELS,
@@ -20,6 +21,8 @@ from verl_rfpp.curves.noisy_analysis import (
     NOISE_MEASURES,
     OURS,
     PAIRED_MEASURES,
+    PRIMARY,
+    RULE_COMMIT,
     TWIN_NOTE,
     WINDOW,
     P,
@@ -29,6 +32,7 @@ from verl_rfpp.curves.noisy_analysis import (
     group_noise,
     initial,
     matched,
+    matched_noise_part,
     noise_effect,
     noise_part,
     prompt_blind_quality,
@@ -39,6 +43,7 @@ from verl_rfpp.curves.noisy_analysis import (
 from verl_rfpp.curves.noisy_runs import NOISE_STD, optimizer_of
 from verl_rfpp.curves.runs import METHODS
 from verl_rfpp.curves.series import band, mean, seed_series, series
+from verl_rfpp.curves.stats import bootstrap_interval, t_interval
 
 KEPT = (*noisy_task.METRICS, "critic/score/mean", "cpu/advantages_std", "actor/entropy", "actor/kl_loss",
         "actor/reward_kl_penalty", "response_length/mean", "timing_s/step")
@@ -129,46 +134,115 @@ def smallest_p(n: int) -> float:
     return min(1.0, 2 / 2 ** n)
 
 
-def _verdict_lines(lr: str, v: dict, rows: dict, clean_rows: dict, learned: float) -> list[str]:
-    """The plain answer at ``lr`` and each claim of ``CLAIMS``: its word (``v['answers']``), its
-    pre-set endpoint's paired difference and its twin's; whether the noise-free baseline learned
-    (reached ``learned`` in every seed)."""
+def _interval(d: dict, digits: int = 3) -> str:
+    """A paired difference's mean and 95% t-interval: "-0.400 [-0.720, -0.079]"."""
+    if not d["t_95"]:
+        return f"{d['diff_mean']:+.{digits}f} (no t-interval)"
+    return f"{d['diff_mean']:+.{digits}f} [{d['t_95'][0]:+.{digits}f}, {d['t_95'][1]:+.{digits}f}]"
+
+
+def bootstrap_ratios(part: dict) -> dict[str, float]:
+    """Per primary endpoint, the width of the exact percentile bootstrap interval of the noise's
+    part's mean over the width of its t interval (``stats``): how much narrower a bootstrap would
+    have made the intervals of these runs."""
+    out = {}
+    for name in PRIMARY:
+        diffs = part[name]["noise_part"]["per_seed"]
+        boot, t = bootstrap_interval(diffs), t_interval(diffs)
+        if boot and t and t[1] > t[0]:
+            out[name] = (boot[1] - boot[0]) / (t[1] - t[0])
+    return out
+
+
+def rule_text(n: int, ratios: dict[str, float]) -> str:
+    """The rule's paragraph: the four words, the plain answer, the tests beside them, the bootstrap
+    against the t interval (``bootstrap_ratios`` of these runs)."""
+    added = f"commit {RULE_COMMIT}" if RULE_COMMIT else "the commit that added it"
+    text = (
+        "The rule, fixed when only seed 0 had run, before any other seed was read (commit 68f570c), with the word "
+        f"**against** and the headline on the noise's part added before any own-rate SGD run (issue 52, {added}): "
+        "a claim holds (**yes**) when its difference has the claimed sign in every seed, **no** when it has the "
+        f"opposite sign in every seed, **against** when it has the opposite sign in at least {AGAINST:.0%} of the "
+        f"seeds ({math.ceil(AGAINST * n - 1e-9)} of {n}) and its 95% t-interval excludes 0 on that side, **mixed** "
+        "otherwise; the plain answer names each consequence the runs contradict (no or against), else it is yes "
+        "when both consequences hold, partly when one does, not shown when neither does. Every yes / no / against "
+        "/ mixed in this report and in docs/bandit.md is this rule's output. The two primary tests are the "
+        "two-sided exact sign-flip tests of the noise's part of the two consequences' endpoints (flat KL from the "
+        "start, informative true reward), named before the own-rate SGD runs; every other p in this report is "
+        "exploratory. Beside each difference: the exact paired sign-flip (permutation) test, the exact sign test "
+        f"(both two-sided; with {n} seeds neither can go below 2/2^{n} = {smallest_p(n):.4f}) and the 95% Student "
+        "t interval of the mean difference.")
+    if ratios:
+        text += (" No bootstrap: with these runs' noise's parts an exact percentile bootstrap interval (every "
+                 "resample enumerated) is " + ", ".join(f"{ratio:.2f} times as wide as the t interval ({LABELS[name]})"
+                                                        for name, ratio in ratios.items())
+                 + ", and excludes 0 whenever every seed shares a sign.")
+    return text
+
+
+def _learned_line(clean_rows: dict, optimizer: str) -> list[str]:
+    """Whether the noise-free baseline learned, against every optimizer's learned level."""
+    if OURS not in clean_rows:
+        return []
+    reached = clean_rows[OURS]["informative_true_reward"]["per_seed"]
+    levels = "; ".join(f"at least {level:g}, the level {noisy_task.OPTIMIZER_LABEL[name]}'s rate was chosen for"
+                       f"{' (this report)' if name == optimizer else ''}: "
+                       f"**{'yes' if min(reached) >= level else 'no'}**" for name, level in LEARNED.items())
+    return [f"- Noise-free, our REINFORCE++-baseline learned the informative prompts (true reward in every seed) "
+            f"{levels} (per seed {', '.join(f'{x:.3f}' for x in reached)})."]
+
+
+def _verdict_lines(lr: str, v: dict, rows: dict, clean_rows: dict, part: dict, optimizer: str) -> list[str]:
+    """The plain answer at ``lr`` and each claim: with noise-free runs (``part``), the headline on the
+    noise's part of each consequence (``noise_part``'s words and primary p), then GRPO minus the
+    baseline with noise alone (exploratory); without them, the latter's words are the verdict."""
     words = v["answers"]
-    lines = [f"**Does GRPO's noise-as-signal move the flat prompts further and slow the informative ones, with "
-             f"this model, at lr {lr}? {v['plain'].capitalize()}**: flat prompts moved further: "
-             f"{words['flat_moved_more']}; informative ones learned more slowly: "
-             f"{words['informative_reward_lower_for_grpo']}. GRPO against our REINFORCE++-baseline, paired over "
-             f"seeds {v['seeds']}; one pre-set endpoint per claim:", ""]
-    for claim in CLAIMS:
-        d = v[claim.measure]
-        grpo, ours = rows[GRPO][claim.measure]["mean"], rows[OURS][claim.measure]["mean"]
-        head = (f"- {claim.text}; endpoint {LABELS[claim.measure]}: **{words[claim.key]}**. GRPO {grpo:.3f}, "
-                f"baseline {ours:.3f} ({d['ratio']:.2f}x)")
-        if claim.construction:
-            lines.append(f"{head}; GRPO's larger in {_count(d, claim.sign)}. By construction: {claim.construction}.")
-            continue
-        line = f"{head}; GRPO minus baseline {_diff(d)}."
-        if claim.twin:
-            line += (f" {LABELS[claim.twin].capitalize()}, a derived twin of the endpoint ({TWIN_NOTE}), shown "
-                     f"beside it and not judged: {_diff(v[claim.twin])}.")
-        lines.append(line)
-    if OURS in clean_rows:
-        reached = clean_rows[OURS]["informative_true_reward"]["per_seed"]
-        lines.append(f"- Noise-free, our REINFORCE++-baseline learned the informative prompts (true reward at "
-                     f"least {learned:g} in every seed): **{'yes' if min(reached) >= learned else 'no'}** (per seed "
-                     f"{', '.join(f'{x:.3f}' for x in reached)}).")
-    n = len(v["seeds"])
-    return lines + [
-        "",
-        "The rule, fixed when only seed 0 had run, before any other seed was read (commit 68f570c): a claim holds "
-        "(**yes**) when GRPO minus the baseline has the claimed sign in every seed, **no** when it has the "
-        "opposite sign in every seed, **mixed** otherwise; the plain answer is yes when both consequences hold, no "
-        "when neither does, partly otherwise. Every yes / no / mixed in this report and in docs/bandit.md is this "
-        "rule's output. The words say whether every seed agreed, not whether a difference is significant: beside "
-        "them, the exact paired sign-flip (permutation) test of the differences, the exact sign test (both "
-        f"two-sided; with {n} seeds neither can go below 2/2^{n} = {smallest_p(n):.4f}) and the 95% Student t "
-        "interval of the mean difference. No bootstrap: with this few seeds a percentile bootstrap is about 0.6 "
-        "times as wide as the t interval and excludes 0 whenever every seed shares a sign.", ""]
+    construction = CLAIMS[0]
+    d = v[construction.measure]
+    grpo, ours = rows[GRPO][construction.measure]["mean"], rows[OURS][construction.measure]["mean"]
+    signal = (f"- {construction.text}; endpoint {LABELS[construction.measure]}: **{words[construction.key]}**. GRPO "
+              f"{grpo:.3f}, baseline {ours:.3f} ({d['ratio']:.2f}x); GRPO's larger in {_count(d, construction.sign)}. "
+              f"By construction: {construction.construction}.")
+
+    def noisy_claims() -> list[str]:
+        lines = []
+        for claim in CLAIMS[1:]:
+            d = v[claim.measure]
+            line = (f"- {claim.text}; endpoint {LABELS[claim.measure]}: **{words[claim.key]}**. GRPO "
+                    f"{rows[GRPO][claim.measure]['mean']:.3f}, baseline {rows[OURS][claim.measure]['mean']:.3f}; "
+                    f"GRPO minus baseline {_diff(d)}.")
+            if claim.twin:
+                line += (f" {LABELS[claim.twin].capitalize()}, a derived twin of the endpoint ({TWIN_NOTE}), shown "
+                         f"beside it and not judged: {_diff(v[claim.twin])}.")
+            lines.append(line)
+        return lines
+
+    question = ("**Does the noise, which GRPO presents as signal, move GRPO's flat prompts further and slow its "
+                f"informative ones more than the baseline's, with this model, at lr {lr}? ")
+    if part:
+        head = part["answers"]
+        lines = [question + f"{part['plain'][0].upper() + part['plain'][1:]}**: the noise's part of the flat "
+                 f"prompts' movement: {head['flat_moved_more']}; of the informative prompts' slowdown: "
+                 f"{head['informative_reward_lower_for_grpo']}. The noise's part is GRPO minus our "
+                 "REINFORCE++-baseline with noise, minus the same without noise, seed by seed (same seeds: data "
+                 f"order, sampling streams, start), over seeds {part['seeds']}; one pre-set endpoint per "
+                 "consequence, its sign-flip p primary:", "", signal]
+        for key in ("flat_moved_more", "informative_reward_lower_for_grpo"):
+            claim = next(c for c in CLAIMS if c.key == key)
+            cell = part[claim.measure]["noise_part"]
+            lines.append(f"- {claim.noise_text}; the noise's part of {LABELS[claim.measure]}: **{head[key]}**. "
+                         f"{_diff(cell)}; primary: sign-flip p = {part['primary'][claim.measure]:.3f}.")
+        lines += _learned_line(clean_rows, optimizer)
+        lines += ["", "With noise alone, GRPO minus the baseline (what a user of noisy rewards sees; it does not "
+                  "separate what the noise did from what the methods do without it; words by the same rule, p "
+                  "exploratory):", ""] + noisy_claims()
+    else:
+        lines = [question + f"{v['plain'][0].upper() + v['plain'][1:]}**: flat prompts moved further: "
+                 f"{words['flat_moved_more']}; informative ones learned more slowly: "
+                 f"{words['informative_reward_lower_for_grpo']}. No noise-free runs: the noise's part cannot be "
+                 f"separated; GRPO against our REINFORCE++-baseline with noise, paired over seeds {v['seeds']}; "
+                 "one pre-set endpoint per claim:", "", signal] + noisy_claims() + _learned_line(clean_rows, optimizer)
+    return lines + ["", rule_text(len(v["seeds"]), bootstrap_ratios(part) if part else {}), ""]
 
 
 def _noise_part_lines(lr: str, part: dict) -> list[str]:
@@ -185,7 +259,27 @@ def _noise_part_lines(lr: str, part: dict) -> list[str]:
         lines += [f"- {LABELS[name]}:",
                   f"  - noise-free: {_diff(cell['noise_free'])};",
                   f"  - with noise: {_diff(cell['noisy'])};",
-                  f"  - the noise's part: {_diff(cell['noise_part'])}, {cell['share']:.0%} of the noisy difference."]
+                  f"  - the noise's part: {_diff(cell['noise_part'])}."]
+    return lines + [""]
+
+
+def _matched_noise_lines(lr: str, table: dict) -> list[str]:
+    """The noise's part at matched informative progress, every level (exploratory)."""
+    if not table:
+        return []
+    lines = [f"## The noise's part at matched progress, lr {lr}", "",
+             "Where each run first reaches each informative true reward level (set before reading: "
+             f"{', '.join(f'{x:g}' for x in LEVELS)}), GRPO minus our REINFORCE++-baseline with noise, minus the same "
+             "without noise, seed by seed, over the seeds where all four runs reached the level: the flat KL from "
+             "the start there (does the noise move GRPO's flat prompts further at equal progress?) and the step "
+             "(does the noise slow GRPO more, positive: later?). Exploratory p.", ""]
+    for level, cell in table.items():
+        if not cell["seeds"]:
+            lines.append(f"- informative true reward {level}: reached by all four runs in no seed.")
+            continue
+        missing = f"; not reached by all four in seeds {cell['not_reached']}" if cell["not_reached"] else ""
+        lines.append(f"- informative true reward {level} (seeds {cell['seeds']}{missing}): flat KL there "
+                     f"{_diff(cell['flat_kl_from_start'])}; step {_diff(cell['steps'], digits=2)}.")
     return lines + [""]
 
 
@@ -195,8 +289,8 @@ def _matched_lines(lr: str, table: dict) -> list[str]:
     if not table:
         return []
     lines = [f"## Matched progress, lr {lr}", "",
-             "Both methods are still learning at the last step, and GRPO learns the informative prompts more slowly, "
-             "so the flat prompts are also compared where each method first reaches the same informative true "
+             "Both methods are still learning at the last step, and they learn the informative prompts at different "
+             "speeds, so the flat prompts are also compared where each method first reaches the same informative true "
              f"reward (levels set before reading: {', '.join(f'{x:g}' for x in LEVELS)}), from the probe of every "
              "step: the flat KL from the start at that step of each run, GRPO minus our REINFORCE++-baseline, seed "
              "by seed.", ""]
@@ -269,9 +363,12 @@ def _caveats(lr: str, v: dict, rows: dict) -> list[str]:
     ]
     if rises:
         lines.append("- **Nothing has converged at the last step.** The informative true reward still rose over the "
-                     f"last {WINDOW} steps: " + "; ".join(
-                         f"{rows[key]['label']} {cell['mean']:+.3f} (up in {sum(x > 0 for x in cell['per_seed'])} "
-                         f"of {len(cell['per_seed'])} seeds)" for key, cell in rises.items())
+                     f"last {WINDOW} steps (mean [95% t-interval]): " + "; ".join(
+                         f"{rows[key]['label']} {cell['mean']:+.3f}"
+                         + (" [{:+.3f}, {:+.3f}]".format(*t_interval(cell["per_seed"])) if len(cell["per_seed"]) > 1
+                            else "")
+                         + f" (up in {sum(x > 0 for x in cell['per_seed'])} of {len(cell['per_seed'])} seeds)"
+                         for key, cell in rises.items())
                      + ". The verdict is read at one horizon; the matched-progress comparison above reads the flat "
                        "prompts at equal progress instead.")
     lines += [
@@ -293,10 +390,12 @@ BANDIT = {  # docs/bandit.md's numbers, for the claim-by-claim table
     "setting": "tabular softmax: each prompt's logits its own, nothing shared; plain SGD; 256 prompts x 10 answers, "
                "100 steps; 5 seeds, means",
     "construction": "by construction (not measured there)",
-    "clean": "yes, by construction (advantage 0, gradient 0)",
-    "baseline": "yes: flat entropy drop 0.26 at lr 100 (start 2.30), 0.003 at lr 30",
-    "drift": "yes: entropy drop 0.71 against 0.26 at lr 100, 0.06 against 0.003 at lr 30",
-    "slower": "at lr 30 yes (1.072 against 1.325, of 1.528); at lr 100 no (1.452 against 1.446)",
+    "clean": "by construction (advantage 0, gradient 0)",
+    "baseline": "means of 5 seeds, no interval kept: flat entropy drop 0.26 at lr 100 (start 2.30), 0.003 at lr 30",
+    "drift": "means of 5 seeds, no interval kept: entropy drop 0.71 (GRPO) and 0.26 (baseline) at lr 100, 0.06 and "
+             "0.003 at lr 30",
+    "slower": "means of 5 seeds, no interval kept: quality 1.072 (GRPO) and 1.325 (baseline) at lr 30, 1.452 and "
+              "1.446 at lr 100 (of 1.528)",
 }
 
 
@@ -318,62 +417,62 @@ def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, 
     if clean_rows:
         kls = [clean_rows[key]["flat_kl_from_start"]["mean"] for key in clean_rows]
         noisy_kls = [rows[key]["flat_kl_from_start"]["mean"] for key in rows]
-        lines.append(f"| without noise the flat prompts stay where they start | {BANDIT['clean']} | flat KL "
-                     f"{min(kls):.2f}-{max(kls):.2f} noise-free, against {min(noisy_kls):.2f}-{max(noisy_kls):.2f} "
-                     "with noise |")
+        lines.append(f"| without noise the flat prompts stay where they start | {BANDIT['clean']} | flat KL, means "
+                     f"per method: {min(kls):.2f}-{max(kls):.2f} noise-free; {min(noisy_kls):.2f}-"
+                     f"{max(noisy_kls):.2f} with noise |")
     if OURS in effect:
         moved = effect[OURS]["flat_kl_from_start"]
         lines.append(f"| the noise barely moves the baseline's flat prompts | {BANDIT['baseline']} | the noise moved "
-                     f"them in {_count(moved, 1)}: flat KL {moved['diff_mean']:+.2f} over noise-free |")
-    grpo, ours = rows[GRPO], rows[OURS]
+                     f"them in {_count(moved, 1)}: flat KL, noisy minus noise-free, {_interval(moved, 2)} |")
+    head = part.get("answers", {})
+    noise_flat = (f"; the noise's part, **{head['flat_moved_more']}**: "
+                  f"{_interval(part['flat_kl_from_start']['noise_part'], 2)}" if part else "")
     lines.append(f"| GRPO's flat prompts drift further than the baseline's | {BANDIT['drift']} | "
-                 f"**{words['flat_moved_more']}** at step {steps}: flat KL {grpo['flat_kl_from_start']['mean']:.2f} "
-                 f"against {ours['flat_kl_from_start']['mean']:.2f}, GRPO's larger in {_count(flat, 1)} |")
-    slow_text = (f"**{words['informative_reward_lower_for_grpo']}**: {grpo['informative_true_reward']['mean']:.2f} "
-                 f"against {ours['informative_true_reward']['mean']:.2f} (of {best:.2f}), GRPO's lower in "
-                 f"{_count(slow, -1)}")
-    if part:
-        cell = part["informative_true_reward"]
-        slow_text += (f"; over the {len(part['seeds'])} seeds also run noise-free, GRPO was already "
-                      f"{cell['noise_free']['diff_mean']:+.2f} without noise, the noise's part "
-                      f"{cell['noise_part']['diff_mean']:+.2f} ({cell['share']:.0%})")
-    lines.append(f"| GRPO learns the informative prompts more slowly | {BANDIT['slower']} | {slow_text} |")
-    return lines + [""]
+                 f"with noise at step {steps}, **{words['flat_moved_more']}**: GRPO minus baseline flat KL "
+                 f"{_interval(flat, 2)}, GRPO's larger in {_count(flat, 1)}{noise_flat} |")
+    noise_slow = (f"; the noise's part, **{head['informative_reward_lower_for_grpo']}**: "
+                  f"{_interval(part['informative_true_reward']['noise_part'], 2)}, GRPO minus baseline without noise "
+                  f"{_interval(part['informative_true_reward']['noise_free'], 2)}" if part else "")
+    lines.append(f"| GRPO learns the informative prompts more slowly | {BANDIT['slower']} | with noise, "
+                 f"**{words['informative_reward_lower_for_grpo']}**: GRPO minus baseline informative true reward "
+                 f"{_interval(slow, 2)} (best {best:.2f}), GRPO's lower in {_count(slow, -1)}{noise_slow} |")
+    return lines + ["", "[t-interval] after each difference: its mean and 95% t-interval over the paired seeds.", ""]
 
 
 def bandit_paragraph(results: dict) -> str:
     """docs/bandit.md's paragraph on the verl runs of one optimizer, from ``results`` (a results.json
-    of the separate design, AdamW's or SGD's): each word the rule's, each number read from it."""
+    of the separate design, AdamW's or SGD's): each word the rule's, each number read from it with its
+    95% t-interval."""
     lr = next(iter(results["verdicts"]))
-    v, rows = results["verdicts"][lr], results["summary"][lr]
+    v = results["verdicts"][lr]
     part = results.get("noise_part", {}).get(lr)
-    level = results.get("matched", {}).get(lr, {}).get(f"{LEVELS[0]:g}")
-    flat, slow = v["flat_kl_from_start"], v["informative_true_reward"]
     optimizer = optimizer_of(results["runs"][0])
     report = output_name(results["settings"]["design"], "report.md", optimizer)
     if optimizer == "adamw":
         text = ("In verl's real trainer, with a small network and AdamW instead of a table and SGD "
                 f"([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds), the report's rule "
-                "(the claimed sign in every seed) gives: GRPO's flat advantages are full-size there too")
+                "gives: GRPO's flat advantages are full-size there too")
     else:
         text = (f"With {noisy_task.OPTIMIZER_LABEL[optimizer]}, the bandit's optimizer, on the same network "
-                f"([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds, lr {float(lr):g} "
-                "chosen noise-free before any noisy run), the same rule gives: GRPO's flat advantages are full-size")
-    text += (f" (rms {v['flat_adv_rms']['ratio']:.2f}x the baseline's, by construction); GRPO learned the informative "
-             f"prompts more slowly: {v['answers']['informative_reward_lower_for_grpo']} (lower in {_count(slow, -1)}, "
-             f"{rows[GRPO]['informative_true_reward']['mean']:.2f} against "
-             f"{rows[OURS]['informative_true_reward']['mean']:.2f}")
+                f"([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds, one shared rate "
+                f"lr {float(lr):g} for both methods, chosen noise-free before any noisy run), the same rule gives: "
+                "GRPO's flat advantages are full-size")
+    text += f" (rms {v['flat_adv_rms']['ratio']:.2f}x the baseline's, by construction)"
     if part:
-        text += (f"; over the {len(part['seeds'])} seeds also run noise-free, the noise caused "
-                 f"{part['informative_true_reward']['share']:.0%} of the gap")
-    text += (f"); GRPO's flat prompts moved further: {v['answers']['flat_moved_more']} (further in {_count(flat, 1)} "
-             f"at the last step")
-    if level and level["seeds"]:
-        text += f", in {_count(level['difference'], 1)} where both first reach informative true reward {LEVELS[0]:g}"
-    if part:
-        text += (f"; the noise's part of the difference, noisy minus noise-free, is GRPO's further in "
-                 f"{_count(part['flat_kl_from_start']['noise_part'], 1)}")
-    text += ")."
+        head = part["answers"]
+        text += (f". The claim asks what the noise does, so the headline is the noise's part (GRPO minus the "
+                 "baseline with noise, minus the same without, seed by seed; mean and 95% t-interval): "
+                 f"**{part['plain']}**. The noise slowed GRPO's informative learning more than the baseline's: "
+                 f"{head['informative_reward_lower_for_grpo']} "
+                 f"({_interval(part['informative_true_reward']['noise_part'], 2)}, primary sign-flip p "
+                 f"{part['primary']['informative_true_reward']:.3f}); the noise moved GRPO's "
+                 f"flat prompts further than the baseline's: {head['flat_moved_more']} "
+                 f"({_interval(part['flat_kl_from_start']['noise_part'], 2)}, primary sign-flip p "
+                 f"{part['primary']['flat_kl_from_start']:.3f}). Without noise GRPO's informative true reward was "
+                 f"already {_interval(part['informative_true_reward']['noise_free'], 2)} from the baseline's")
+    text += (f". With noise alone, GRPO minus the baseline: informative true reward "
+             f"{_interval(v['informative_true_reward'], 2)} ({v['answers']['informative_reward_lower_for_grpo']}), "
+             f"flat KL from the start {_interval(v['flat_kl_from_start'], 2)} ({v['answers']['flat_moved_more']}).")
     cells = results.get("channels", {}).get(lr, {})
     if all(key in cells for key in (GRPO, OURS)):
         text += (" A probe in verl's driver says through which parameters the flat prompts moved (its rule: a "
@@ -381,7 +480,7 @@ def bandit_paragraph(results: dict) -> str:
                  "seed): " + "; ".join(
                      f"{CHANNEL_OF[name]}: {cells[GRPO][name]['carries']} for GRPO, {cells[OURS][name]['carries']} "
                      "for the baseline" for name in CHANNELS) + ".")
-    return text + " That report compares the two claim by claim."
+    return text + " That report compares the two claim by claim, matched progress at every level included."
 
 
 def _gap_table(records: list[dict], title: str) -> list[str]:
@@ -498,9 +597,12 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
     verdict = verdicts(table)
     clean = summarize_noisy(list(control), start) if control else {}
     effect, part, progress = noise_effect(table, clean), noise_part(table, clean), matched(records)
+    matched_part = matched_noise_part(records, list(control))
     moved = channels(table)
+    table_lrs = sorted(table)
     steps, noise, optimizer = records[0]["steps"], records[0]["noise_std"], optimizer_of(records[0])
-    named = "" if optimizer == "adamw" else f", {noisy_task.OPTIMIZER_LABEL[optimizer]}"
+    named = "" if optimizer == "adamw" else f", {noisy_task.OPTIMIZER_LABEL[optimizer]}" + (
+        f", one shared rate for every method (lr {table_lrs[0]})" if len(table_lrs) == 1 else "")
     lines = [
         f"# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU): design `{spec['design']}`"
         + named,
@@ -514,8 +616,9 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
         "",
     ]
     for lr, v in verdict.items():
-        lines += ["## Verdict", ""] + _verdict_lines(lr, v, table[lr], clean.get(lr, {}), LEARNED[optimizer])
-        lines += _noise_part_lines(lr, part.get(lr, {})) + _matched_lines(lr, progress.get(lr, {}))
+        lines += ["## Verdict", ""] + _verdict_lines(lr, v, table[lr], clean.get(lr, {}), part.get(lr, {}), optimizer)
+        lines += _noise_part_lines(lr, part.get(lr, {})) + _matched_noise_lines(lr, matched_part.get(lr, {}))
+        lines += _matched_lines(lr, progress.get(lr, {}))
         lines += _channel_lines(lr, moved.get(lr, {}), explain=optimizer == "adamw")
         lines += _caveats(lr, v, table[lr])
         lines += _bandit_table(lr, v, table[lr], clean.get(lr, {}), effect.get(lr, {}), part.get(lr, {}), best, steps,
@@ -552,8 +655,9 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
         v = verdict.get(lr)
         if v:
             lines += ["", f"GRPO minus our REINFORCE++-baseline, paired by seed (seeds {v['seeds']}):"]
-            lines += [f"- {LABELS[name]}: {_diff(v[name], tests=name not in BY_CONSTRUCTION)}; GRPO's is "
-                      f"{v[name]['ratio']:.2f}x the baseline's." for name in PAIRED_MEASURES]
+            lines += [f"- {LABELS[name]}: {_diff(v[name], tests=name not in BY_CONSTRUCTION)}"
+                      + (f"; GRPO's is {v[name]['ratio']:.2f}x the baseline's." if name in BY_CONSTRUCTION else ".")
+                      for name in PAIRED_MEASURES]
             if "control" in v:
                 lines += ["", "Control, ours minus verl's REINFORCE++-baseline, paired by seed (seeds "
                           f"{v['control']['flat_kl_from_start']['seeds']}; the same method, two implementations):"]
@@ -619,7 +723,8 @@ def results(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> 
     return {"settings": settings, "initial": start, "best_quality": best_quality(spec),
             "prompt_blind_quality": prompt_blind_quality(spec), "summary": table, "verdicts": verdicts(table),
             "control_summary": clean, "noise_effect": noise_effect(table, clean),
-            "noise_part": noise_part(table, clean), "matched": matched(records), "channels": channels(table),
+            "noise_part": noise_part(table, clean), "matched": matched(records),
+            "matched_noise_part": matched_noise_part(records, list(control)), "channels": channels(table),
             "runs": [kept(record) for record in (*records, *control)]}
 
 
