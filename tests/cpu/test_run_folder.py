@@ -232,3 +232,13 @@ def test_a_raylet_s_death_and_a_stall_are_named_as_such(tmp_path):
         "a process of the run stalled (ray::WorkerDict pid 66, stopped (state T: SIGSTOP or a debugger); the run made "
         "no progress for 300 s, after step 1 of 2); the demo stopped the run, and no process of the run was left 1.5 s "
         "after; " + resume)
+
+
+def test_a_refused_resume_lets_its_folder_go(tmp_path, capsys):
+    """Every way the demo returns drops the lock (a refusal too: a later run of the folder is not
+    told it is in use)."""
+    _recorded(tmp_path, 1)
+    _tracker(tmp_path).write_text("99")
+    assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
+    assert "names step 99" in capsys.readouterr().out
+    os.close(launch.hold_folder(tmp_path))

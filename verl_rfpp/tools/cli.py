@@ -148,7 +148,6 @@ def _demo(args: argparse.Namespace) -> int:
               "with --save-every N.")
         return 2
     import os
-    import signal
 
     from verl_rfpp.cpu import demo, launch
 
@@ -159,6 +158,18 @@ def _demo(args: argparse.Namespace) -> int:
         except launch.LaunchError as busy:
             print(f"verl-rfpp demo: {busy}.")
             return 2
+    try:
+        return _demo_in(args, demo, launch)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _demo_in(args: argparse.Namespace, demo, launch) -> int:
+    """``_demo`` once the folder is the run's: the resume's checks, then the run; a SIGTERM (a
+    scheduler's) stops it as a Ctrl-C does, and either ends in one line with the resume command."""
+    import signal
+
     if args.resume:
         problem = launch.resume_problem(args.out, args.steps, _run_settings(args))
         if problem:
@@ -188,8 +199,6 @@ def _demo(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
         if not keep:
             shutil.rmtree(out, ignore_errors=True)
-        if lock is not None:
-            os.close(lock)
 
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # an --out the demo cannot write
