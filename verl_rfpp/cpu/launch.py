@@ -114,10 +114,14 @@ def hold_folder(out_dir: Path) -> int:
     """Lock ``out_dir`` for this process (one run per folder): an exclusive ``flock`` on
     ``out_dir/run.lock``, held by the returned descriptor until it is closed or the process ends,
     however it ends (the kernel drops it: a kill leaves no stale lock). The holder's pid is written
-    in the file. A folder another process holds raises ``LaunchError`` naming that pid."""
+    in the file. A folder another process holds raises ``LaunchError`` naming that pid; one this
+    process cannot write to, naming the error."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # not inherited by the trainer
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # not inherited by the trainer
+    except OSError as error:  # a read-only or full --out: no run could write its files there either
+        raise LaunchError(f"could not write the run's files in {out_dir}: {error}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
