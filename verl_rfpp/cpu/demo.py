@@ -188,12 +188,12 @@ def resume_hint(result: RunResult, out_dir: Path) -> str:
 
 
 def interrupted(out_dir: Optional[Path], steps: int, save_every: Optional[int], signal_name: str) -> str:
-    """The one line of a demo stopped by ``signal_name`` (SIGINT: Ctrl-C; SIGTERM: a scheduler, ``kill``)
-    after it stopped the trainer and its Ray processes: how the run continues (``out_dir`` ``None``:
-    the run was in a temporary folder, removed)."""
-    then = (resume_command(out_dir, steps, save_every) if out_dir is not None
-            else "its temporary folder is removed (--out DIR keeps a run that --save-every N can resume)")
-    return f"interrupted ({signal_name}); stopped the trainer and its Ray processes; {then}"
+    """The one line of a demo stopped by ``signal_name`` (SIGINT: Ctrl-C; SIGTERM: a scheduler, ``kill``;
+    named when it is not a Ctrl-C) after it stopped the trainer and its Ray processes, with how the run
+    in ``out_dir`` continues (none for a run in a temporary folder, removed: ``out_dir`` ``None``)."""
+    how = "" if signal_name == "SIGINT" else f" ({signal_name})"
+    then = f"; {resume_command(out_dir, steps, save_every)}" if out_dir is not None else ""
+    return f"interrupted{how}; stopped the trainer and its Ray processes{then}"
 
 
 NODE_ROLES = {"raylet": "the Ray node's manager", "gcs_server": "Ray's control store"}
