@@ -25,6 +25,21 @@ run's files every 20 ms):
 - ``read-only``: no kill: ``DIR/checkpoints`` is a tmpfs remounted read-only as verl's tracker says 1
   (a read-only folder does not stop root; a read-only mount does), so verl's write of checkpoint 2
   fails with EROFS; judged as ``disk-full``; then it is remounted read-write and ``--resume`` runs.
+- ``sigterm``, ``raylet``, ``stopped-worker``, ``guard-kill`` (issue 53), each as the tracker says 1:
+  SIGTERM to the demo (what a scheduler sends); SIGKILL of the run's raylet; SIGSTOP of the FSDP
+  rank (``ray::WorkerDict``, left stopped: the demo must name it within ``launch.STALL_S``); SIGKILL
+  of the primary guard, then 1 s later of the demo process alone. Landed: the demo's own line naming
+  what happened with the resume command (``sigterm``: exit 143; ``raylet``, ``stopped-worker``:
+  exit 1), no traceback; ``guard-kill``: no process of the run and no ``/tmp/rfpp-ray-*`` folder of
+  it left ``GUARD_BOUND_S`` after the demo's kill, the standby guard's line in ``guard.log``.
+- ``truncated``, ``bit-flip``, ``missing-step``: the run killed once checkpoint 2's manifest is
+  written, then the actor's largest file of ``global_step_2`` cut to half, or one byte of it
+  flipped, or the tracker set to 99; ``--resume`` must refuse in one line (exit 2) naming the file
+  (or the missing step) and the newest intact checkpoint (1) before Ray starts (no ``verl.log``
+  written); then the line's advice is followed (the tracker set to 1) and ``--resume`` runs.
+- ``double-resume``: the run killed as the tracker says 1, then two ``--resume`` started 2 s apart:
+  the second must refuse in one line (exit 2) naming the first's pid; the first runs to the end.
+- two kills in a row: ``resume-first-step`` above.
 
 Per kill: whether it landed where named, the checkpoint verl's tracker names after it, the steps
 the killed run had logged beyond that checkpoint (lost), the processes of the run alive at the kill
@@ -55,7 +70,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ESTIMATORS = ("reinforce_plus_plus_baseline", "reinforce_plus_plus")
 POINTS = ("checkpoint-write", "update", "rollout", "after-checkpoint", "resume-first-step", "worker", "disk-full",
-          "read-only")
+          "read-only", "sigterm", "raylet", "stopped-worker", "guard-kill", "truncated", "bit-flip", "missing-step",
+          "double-resume")
+SIGNALLED = ("sigterm", "raylet", "stopped-worker", "guard-kill")  # a signal to one process of the run at checkpoint 1
+DAMAGED = ("truncated", "bit-flip", "missing-step")  # the run killed after checkpoint 2, which is then damaged
 FAILED_WRITES = ("disk-full", "read-only")  # no kill: verl's write of checkpoint 2 fails, the demo must stop itself
 FULL_BYTES = 700 * 1024  # a tmpfs this size holds the demo's first checkpoint (431 KB) and not its second
 ROOM_BYTES = 64 * 1024 * 1024  # a tmpfs this size holds every checkpoint of the demo (the resume's too)
@@ -312,6 +330,158 @@ def failed_write(out: Path, estimator: str, point: str) -> dict:
             "landed": code == 1 and bool(line) and "Traceback" not in output and tracker(out) == 1}
 
 
+GUARD_BOUND_S = 10.0  # guard-kill: the run's processes and its Ray folder gone this long after the demo's kill
+
+
+def _demo_line(output: str) -> str:
+    """The demo's last line of its own (``verl-rfpp demo: ...``)."""
+    lines = [line for line in output.splitlines() if line.startswith("verl-rfpp demo: ")]
+    return lines[-1] if lines else ""
+
+
+def _ray_folder(pids) -> str:
+    """The run's Ray folder (``RAY_TMPDIR`` of a process of the run)."""
+    for pid in pids:
+        try:
+            for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                if item.startswith(b"RAY_TMPDIR="):
+                    return item.split(b"=", 1)[1].decode()
+        except OSError:
+            continue
+    return ""
+
+
+def _guards(out: Path) -> dict[str, int]:
+    """``{role: pid}`` of the run's guards (``python -I .../guard.py OUT/guard.log ROLE ...``)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                words = Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if len(words) > 4 and words[2].endswith("guard.py") and words[3] == str(out / "guard.log"):
+                found[words[4]] = int(name)
+    return found
+
+
+def signalled(out: Path, estimator: str, point: str) -> dict:
+    """``sigterm``, ``raylet``, ``stopped-worker``, ``guard-kill``: one signal as the tracker says 1,
+    the demo's end (or, ``guard-kill``, the run's processes and Ray folder after the demo's kill)."""
+    sys.path.insert(0, str(ROOT))  # this checkout's, as the demo's
+    from verl_rfpp.cpu import launch
+
+    process = demo(out, "--save-every", "1", "--estimator", estimator)
+    seen: dict[int, int] = {}
+    if not wait_for(lambda: tracker(out) == 1, process, out, seen):
+        process.wait(timeout=RUN_LIMIT_S)
+        return {"point": point, "reached": False, "output": _demo_output(out)[-2000:]}
+    alive = {pid: start for pid, start in {**seen, **run_processes(out)}.items() if _start(pid) == start}
+    folder = _ray_folder(alive)
+    at_kill, signalled_at = tracker(out), time.time()
+    record = {"point": point, "reached": True, "alive_at_kill": len(alive)}
+    if point == "sigterm":
+        os.kill(process.pid, signal.SIGTERM)
+    elif point == "raylet":
+        os.kill(next(pid for pid in alive if _title(pid).endswith("/raylet")), signal.SIGKILL)
+    elif point == "stopped-worker":
+        os.kill(min(pid for pid in alive if _title(pid).startswith("ray::WorkerDict")), signal.SIGSTOP)
+    else:
+        guards = _guards(out)
+        record["guards"] = sorted(guards)
+        os.kill(guards["primary"], signal.SIGKILL)
+        time.sleep(1.0)
+        signalled_at = time.time()
+        os.kill(process.pid, signal.SIGKILL)
+    limit = launch.STALL_S + GONE_LIMIT_S if point == "stopped-worker" else GONE_LIMIT_S
+    try:
+        code = process.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        code = process.wait()
+    exit_s = time.time() - signalled_at
+    left: set = set()
+    while time.time() - signalled_at < GONE_LIMIT_S + (exit_s if point != "guard-kill" else 0):
+        left = {pid for pid, start in alive.items() if _start(pid) == start}
+        if not left:
+            break
+        time.sleep(0.02)
+    gone_s = time.time() - signalled_at
+    time.sleep(0.5)
+    output = _demo_output(out)
+    guard_log = _read(out / "guard.log").strip().splitlines()
+    record.update(exit=code, gone_s=round(gone_s if point == "guard-kill" else exit_s, 3), left=len(left),
+                  folder_left=bool(folder) and os.path.exists(folder), line=_demo_line(output),
+                  traceback="Traceback" in output, tracker_moved=tracker(out) != at_kill, files_after_kill=0,
+                  last_file_after_kill_s=None, guard=guard_log[-2:], checkpoint=tracker(out),
+                  lost=[s for s in logged_steps(out) if s > (tracker(out) or 0)])
+    resumes = "resumes from the checkpoint of step 1: verl-rfpp demo --resume" in record["line"]
+    record["landed"] = {
+        "sigterm": code == 128 + signal.SIGTERM and "interrupted (SIGTERM)" in record["line"] and resumes,
+        "raylet": code == 1 and "Ray's raylet of the run ended" in record["line"] and resumes,
+        "stopped-worker": code == 1 and "stalled (ray::WorkerDict" in record["line"] and resumes,
+        "guard-kill": gone_s < GUARD_BOUND_S and not record["folder_left"]
+        and any("standby guard" in line for line in guard_log),
+    }[point] and not left and not record["traceback"]
+    return record
+
+
+def damaged(out: Path, estimator: str, point: str) -> dict:
+    """``truncated``, ``bit-flip``, ``missing-step``: the run killed once checkpoint 2's manifest
+    is written, the checkpoint damaged, ``--resume`` refused before Ray; then the refusal's advice
+    (the tracker set to the newest intact checkpoint) followed."""
+    process = demo(out, "--save-every", "1", "--estimator", estimator)
+    seen: dict[int, int] = {}
+    step2 = out / "checkpoints" / "global_step_2"
+    if not wait_for(lambda: (step2 / "rfpp-manifest.json").exists(), process, out, seen):
+        process.wait(timeout=RUN_LIMIT_S)
+        return {"point": point, "reached": False, "output": _demo_output(out)[-2000:]}
+    record = {"point": point, "reached": True, **kill(process, out, seen)}
+    if point == "missing-step":
+        (out / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("99")
+        named = "global_step_99 does not exist"
+    else:
+        target = max((p for p in (step2 / "actor").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        data = bytearray(target.read_bytes())
+        if point == "truncated":
+            data = data[:len(data) // 2]
+        else:
+            data[len(data) // 2] ^= 0x01
+        target.write_bytes(bytes(data))
+        named = str(target)
+    (out / "verl.log").rename(out / "verl.killed.log")
+    started = time.time()
+    code = demo(out, "--resume", "--estimator", estimator).wait(timeout=RUN_LIMIT_S)
+    line = _demo_line(_demo_output(out))
+    record.update(refusal_exit=code, refusal_s=round(time.time() - started, 3), line=line,
+                  ray_started=(out / "verl.log").exists(), checkpoint=tracker(out), lost=[],
+                  landed=code == 2 and named in line and "the newest intact checkpoint is step 1" in line
+                  and not (out / "verl.log").exists())
+    advice = re.search(r"`echo (\d+) > (\S+)`", line)
+    if advice:
+        Path(advice[2]).write_text(advice[1])
+    return record
+
+
+def double_resume(out: Path, estimator: str) -> tuple[dict, subprocess.Popen]:
+    """The run killed as the tracker says 1; two ``--resume`` 2 s apart: the second's end and line
+    (the first is returned, running)."""
+    record = kill_at(out, estimator, "checkpoint-1", resumed=False)
+    record["point"] = "double-resume"
+    if not record["reached"]:
+        return record, None
+    (out / "trace.txt").unlink(missing_ok=True)
+    first = demo(out, "--resume", "--estimator", estimator)
+    time.sleep(2.0)
+    started = time.time()
+    second = demo(out, "--resume", "--estimator", estimator)
+    code = second.wait(timeout=RUN_LIMIT_S)
+    line = _demo_line(_demo_output(out))
+    record.update(second_exit=code, second_s=round(time.time() - started, 3), line=line,
+                  landed=code == 2 and f"in use by another run (pid {first.pid}," in line)
+    return record, first
+
+
 def cell(base: Path, estimator: str, point: str, ref: dict) -> dict:
     out = base / f"{estimator}-{point}-{int(time.time())}"
     out.mkdir(parents=True)
@@ -327,7 +497,17 @@ def cell(base: Path, estimator: str, point: str, ref: dict) -> dict:
                     "seconds": round(time.monotonic() - started, 1)}
         finally:
             subprocess.run(["umount", str(out / "checkpoints")], capture_output=True)
-    if point == "resume-first-step":
+    if point in SIGNALLED:
+        kills.append(signalled(out, estimator, point))
+    elif point in DAMAGED:
+        kills.append(damaged(out, estimator, point))
+    elif point == "double-resume":
+        record, first = double_resume(out, estimator)
+        if first is None:
+            return {"estimator": estimator, "point": point, "kills": [record]}
+        return _resumed({"estimator": estimator, "point": point, "kills": [record]}, out, estimator, ref, started,
+                        first)
+    elif point == "resume-first-step":
         kills.append(kill_at(out, estimator, "checkpoint-1", resumed=False))
         if kills[-1]["reached"]:
             kills.append(kill_at(out, estimator, "update", resumed=True))
@@ -341,19 +521,28 @@ def cell(base: Path, estimator: str, point: str, ref: dict) -> dict:
     return record
 
 
-def _resumed(record: dict, out: Path, estimator: str, ref: dict, started: float) -> dict:
-    """``record`` with the resume of ``out`` to the end, compared with the uninterrupted run."""
-    (out / "trace.txt").unlink(missing_ok=True)
-    if (out / "verl.log").exists():  # the resume writes its own: the failed run's stays as evidence
-        (out / "verl.log").rename(out / "verl.failed.log")
-    process = demo(out, "--resume", "--estimator", estimator)
+def _resumed(record: dict, out: Path, estimator: str, ref: dict, started: float,
+             process: subprocess.Popen = None) -> dict:
+    """``record`` with the resume of ``out`` to the end (``process``: one already started),
+    compared with the uninterrupted run."""
+    if process is None:
+        (out / "trace.txt").unlink(missing_ok=True)
+        if (out / "verl.log").exists():  # the resume writes its own: the failed run's stays as evidence
+            (out / "verl.log").rename(out / "verl.failed.log")
+        process = demo(out, "--resume", "--estimator", estimator)
     code = process.wait(timeout=RUN_LIMIT_S)
-    text = _demo_output(out)
+    text = _first_output(out) if record["point"] == "double-resume" else _demo_output(out)
     record.update(resume_exit=code, digest_same=digest_of(text) == ref["digest"],
                   metrics_same=_read(out / "metrics.jsonl") == ref["metrics"],
                   resumed_steps=re.findall(r"^step (\d+)/", text, re.M), left_after_resume=len(run_processes(out)),
                   seconds=round(time.monotonic() - started, 1))
     return record
+
+
+def _first_output(out: Path) -> str:
+    """``double-resume``: the output of the first of the two resumes (the second-to-last log)."""
+    logs = sorted(out.parent.glob(f"{out.name}.*.log"), key=lambda path: int(path.name.rsplit(".", 2)[1]))
+    return logs[-2].read_text() if len(logs) > 1 else ""
 
 
 def metrics_lines(out: Path, ref: dict) -> dict:

@@ -241,14 +241,19 @@ def test_demo_resume_without_a_checkpoint_is_refused_in_one_line(tmp_path, capsy
     (tmp_path / launch.CHECKPOINTS).mkdir()
     (tmp_path / launch.CHECKPOINTS / "latest_checkpointed_iteration.txt").write_text("4")
     assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert f"names step 4, but {tmp_path / launch.CHECKPOINTS / 'global_step_4'} does not exist; no intact " \
+           "checkpoint is left: run afresh without --resume" in out and "--steps above" not in out
+    _checkpoint(tmp_path, 4)
+    assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
     assert "resume with --steps above 4" in capsys.readouterr().out
 
 
 def test_demo_resume_of_another_run_is_refused_in_one_line(tmp_path, capsys):
     """A checkpoint resumed with another seed, estimator, trainer or world size would continue as
     another run; one without the saving run's record cannot be checked. Refused before any trainer
-    starts (the checkpoint is the only file, and stays the only one)."""
-    (tmp_path / launch.CHECKPOINTS).mkdir()
+    starts (the checkpoint and the folder's lock are the only files, and stay the only ones)."""
+    _checkpoint(tmp_path, 2)
     (tmp_path / launch.CHECKPOINTS / "latest_checkpointed_iteration.txt").write_text("2")
     assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
     out = capsys.readouterr().out.strip()

@@ -190,3 +190,106 @@ def test_a_trainer_that_waits_on_a_dead_worker_is_stopped_after_the_grace(monkey
     finally:
         guard.reap({trainer.pid}, {})
         trainer.wait()
+
+
+@pytest.mark.parametrize("stopped", ["ray::HFRolloutServer", None])
+def test_a_run_without_progress_is_stopped_naming_the_process_it_waits_on(tmp_path, stopped):
+    """issue 53: a stopped worker (SIGSTOP: no process ends, so no death is seen) or one whose task
+    never returns. Once the workers are up (a first trace line) and nothing moves (no step, trace
+    line or checkpoint) for the bound: the stopped process is named, else the one busy in a task
+    (its title names the method), and every process of the session is killed."""
+    from verl_rfpp.cpu import launch
+
+    (tmp_path / "trace.txt").write_text("weights pid=1 global_steps=0 abs_sum=1\n")
+    trainer, titles = _workers_trainer()
+    result = launch.RunResult(returncode=-1, planned_steps=2)
+    try:
+        if stopped:
+            os.kill(titles[stopped], signal.SIGSTOP)
+        watching = threading.Thread(target=launch._watch_workers, args=(trainer, result, 2, tmp_path),
+                                    kwargs={"stall_s": 1.0}, daemon=True)
+        watching.start()
+        watching.join(timeout=15)
+        assert trainer.wait(timeout=5) == -signal.SIGKILL
+        pid, title, how = ((titles[stopped], stopped, "stopped (state T") if stopped else
+                           (titles["ray::WorkerDict.update_actor"], "ray::WorkerDict.update_actor", "in a task"))
+        assert (result.death.pid, result.death.title, result.death.stopped_by_launcher) == (pid, title, True)
+        assert result.death.stalled.startswith(how) and "the run made no progress for 1 s" in result.death.stalled
+        assert guard.members({trainer.pid}, {}) == set()
+    finally:
+        guard.reap({trainer.pid}, {})
+        trainer.wait()
+
+
+RAYLET = """
+import subprocess, sys, time
+for title in ("/x/ray/core/src/ray/raylet/raylet", "ray::WorkerDict.update_actor"):
+    subprocess.Popen(["bash", "-c", f"exec -a {title} sleep 600"], process_group=0)
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_raylet_that_ends_is_named_before_the_workers_that_end_with_it(monkeypatch, tmp_path):
+    """issue 53: a killed raylet was reported as the death of ``ray::TaskRunnerV1`` (its workers end
+    with it): of the processes gone in one look, the raylet is the death."""
+    from verl_rfpp.cpu import launch
+
+    monkeypatch.setattr(launch, "WORKER_GRACE_S", 0.5)
+    trainer = subprocess.Popen([sys.executable, "-c", RAYLET], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    trainer.stdout.readline()
+    result = launch.RunResult(returncode=-1, planned_steps=2)
+    try:
+        deadline = time.monotonic() + 10
+        while len(titles := {guard.title(pid): pid for pid in guard.members({trainer.pid}, {})}) < 3:
+            assert time.monotonic() < deadline, titles
+            time.sleep(0.05)
+        watching = threading.Thread(target=launch._watch_workers, args=(trainer, result, 2, tmp_path), daemon=True)
+        watching.start()
+        time.sleep(1.0)  # the watch has read the session
+        for name in ("ray::WorkerDict.update_actor", "/x/ray/core/src/ray/raylet/raylet"):  # the worker first
+            os.kill(titles[name], signal.SIGSTOP)
+        for name in ("ray::WorkerDict.update_actor", "/x/ray/core/src/ray/raylet/raylet"):
+            os.kill(titles[name], signal.SIGKILL)
+        watching.join(timeout=10)
+        assert (result.death.pid, result.death.title) == (titles["/x/ray/core/src/ray/raylet/raylet"], "raylet")
+        assert result.death.with_it == [(titles["ray::WorkerDict.update_actor"], "ray::WorkerDict")]
+    finally:
+        guard.reap({trainer.pid}, {})
+        trainer.wait()
+
+
+def _guard_of(run: list[psutil.Process], role: str) -> psutil.Process:
+    return next(p for p in run if "guard.py" in " ".join(p.cmdline()) and role in p.cmdline())
+
+
+def test_the_guard_killed_with_its_launcher_leaves_the_standby_to_reap_the_run(tmp_path):
+    """issue 53: no single point of cleanup. The primary guard killed (its end recorded by the
+    standby while the launcher lives), then the launcher: the standby kills every process of the
+    run and removes its folder within ``BOUND_S``, and says so in the log."""
+    launcher, run, marker = _launch(tmp_path, "wait")
+    deadline = time.monotonic() + 10
+    while sum("guard.py" in " ".join(p.cmdline()) for p in _run_processes(marker)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    run = [p for p in _run_processes(marker) if p.pid != launcher.pid]
+    primary, standby = _guard_of(run, "primary"), _guard_of(run, "standby")
+    primary.kill()  # a zombie until the launcher ends: the standby's line says it saw the end
+    log = tmp_path / "guard.log"
+    while not (log.exists() and "the primary guard" in log.read_text()):
+        assert time.monotonic() < deadline + 10
+        time.sleep(0.05)
+    started = time.monotonic()
+    launcher.kill()
+    launcher.wait()
+    _, left = psutil.wait_procs([p for p in run if p.pid != primary.pid], timeout=BOUND_S)
+    assert not left, [(p.pid, p.cmdline()) for p in left]
+    assert time.monotonic() - started < BOUND_S and _run_processes(marker) == []
+    lines = (tmp_path / "guard.log").read_text().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"the primary guard (pid {primary.pid}) ended at ") and lines[0].endswith(
+        f"while the run went on (killed?); the standby guard (pid {standby.pid}) still guards it")
+    assert "killed 4 processes of the run, none left after" in lines[1] and "removed 1 of the 1 folders" in lines[1]
+    assert lines[1].endswith(f"(by the standby guard, pid {standby.pid}: the primary had ended)")
+    assert not (tmp_path / "run-tmp").exists()

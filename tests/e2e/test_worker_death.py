@@ -4,10 +4,16 @@ demo exits 1 within ``DEATH_BOUND_S``, prints one line naming the worker and the
 and no traceback; no process of the run is left (counted as benchmarks/faults.py counts: every
 process whose environment names the run's trace file); the folder resumes (``resume_problem``).
 1 and 2 ranks, each the shortest run with a checkpoint: ``--steps 2 --save-every 1``.
-The kill matrix with other workers and points is benchmarks/faults.py (``--points worker``)."""
+The kill matrix with other workers and points is benchmarks/faults.py (``--points worker``).
+The 1-rank run's folder then serves issue 53's checks, each stopped before or as verl starts (no
+trainer run added): the manifest of checkpoint 1 written by the run; a bit of it flipped, refused
+by ``--resume`` in one line before Ray; a ``--resume`` while another holds the folder, refused
+naming its pid; and that other one stopped by SIGTERM as verl starts: exit 143, one line with the
+resume command, no process of the run and no Ray folder of it left."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -71,3 +77,60 @@ def test_a_dead_worker_stops_the_demo_in_one_line_and_leaves_it_resumable(tmp_pa
     assert "Traceback" not in text and "Error" not in text, text  # verl's traceback is in verl.log only
     settings = json.loads((out / launch.RUN_SETTINGS).read_text())
     assert launch.resume_problem(out, 2, settings) is None
+    if ranks == 1:
+        _refusals_and_sigterm(out)
+
+
+def _cli(*arguments: str) -> list[str]:
+    return [sys.executable, "-m", "verl_rfpp.tools.cli", "demo", "--resume", "--steps", "2", "--save-every", "1",
+            "--out", *arguments]
+
+
+def _refusals_and_sigterm(out):
+    folder = out / launch.CHECKPOINTS / "global_step_1"
+    files = json.loads((folder / launch.MANIFEST).read_text())["files"]
+    on_disk = {str(p.relative_to(folder)): {"size": p.stat().st_size,
+                                            "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+               for p in folder.rglob("*") if p.is_file() and p.name != launch.MANIFEST}
+    assert files == on_disk and any(name.startswith("actor/") for name in files), sorted(files)
+
+    shard = max((p for p in (folder / "actor").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    intact = shard.read_bytes()
+    flipped = bytearray(intact)
+    flipped[len(flipped) // 2] ^= 0x01
+    shard.write_bytes(bytes(flipped))
+    log_before = (out / "verl.log").stat().st_mtime_ns
+    refused = subprocess.run(_cli(str(out)), capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and len(refused.stdout.splitlines()) == 1, refused.stdout + refused.stderr
+    assert f"{shard}'s bytes changed" in refused.stdout and "no intact checkpoint is left" in refused.stdout
+    assert (out / "verl.log").stat().st_mtime_ns == log_before and not run_processes(out)  # Ray never started
+    shard.write_bytes(intact)
+
+    printed = out.parent / "resume.out"
+    with open(printed, "w") as stdout:
+        first = subprocess.Popen(_cli(str(out)), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while (out / "verl.log").stat().st_mtime_ns == log_before and time.monotonic() < deadline:
+            time.sleep(0.05)  # the resume's trainer has started (its log's first line)
+        assert first.poll() is None, printed.read_text()
+        second = subprocess.run(_cli(str(out)), capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2 and second.stdout.splitlines() == [
+            f"verl-rfpp demo: {out} is in use by another run (pid {first.pid}, which holds {out / launch.LOCK}): wait "
+            f"for it to end, stop it (kill -INT {first.pid}), or give another --out."], second.stdout
+        ray_folders = {p.environ().get("RAY_TMPDIR") for p in run_processes(out)} - {None}
+        assert ray_folders, [p.cmdline() for p in run_processes(out)]
+        first.send_signal(signal.SIGTERM)
+        code = first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    text = printed.read_text()
+    assert code == 128 + signal.SIGTERM, text
+    assert text.splitlines()[-1] == (
+        f"verl-rfpp demo: interrupted (SIGTERM); stopped the trainer and its Ray processes; {out} resumes from the "
+        f"checkpoint of step 1: verl-rfpp demo --resume --out {out} --steps 2 --save-every 1"), text
+    assert "Traceback" not in text and not run_processes(out)
+    assert not [folder for folder in ray_folders if os.path.exists(folder)]
+    assert "launcher ended" in (out / launch.GUARD_LOG).read_text().splitlines()[-1]

@@ -67,7 +67,9 @@ def judge(estimator: str, result: RunResult, steps: int, ranks: int = 1) -> Verd
     """The run's checks: verl exited 0 after every step; our estimator computed the advantages
     once per step in verl's driver; the ``rfpp/`` metrics reached the logger every step; every
     rank trained every step; the rollout received new weights after every update; and from
-    ``LEARNING_STEPS`` steps on, the reward rose by ``MIN_GAIN``."""
+    ``LEARNING_STEPS`` steps on, the reward rose by ``MIN_GAIN``. A run that did not end well (a
+    time limit, an exit code) is judged by that and the steps it logged only: what else fails
+    then (fewer advantages, a rollout server without the last weights) follows from it."""
     verdict = Verdict()
     problems, facts = verdict.problems, verdict.facts
     if result.timed_out:
@@ -115,6 +117,9 @@ def judge(estimator: str, result: RunResult, steps: int, ranks: int = 1) -> Verd
         problems.append(f"a rollout server did not receive new weights after every update ({facts['syncs']} "
                         f"syncs for {len(result.steps)} updates): the sampling model did not follow the trained one")
 
+    if result.timed_out or result.returncode != 0:  # the rest follows from the run's end, not a cause of its own
+        del problems[2:]
+        return verdict
     rewards = [metrics[REWARD] for _, metrics in sorted(result.steps.items()) if REWARD in metrics]
     if rewards:
         facts["reward_first"] = sum(rewards[:WINDOW]) / len(rewards[:WINDOW])
@@ -158,29 +163,48 @@ DEMO_DEFAULTS = {"--estimator": catalog.REINFORCE_PLUS_PLUS_BASELINE.name, "--le
                  "--nodes": 1, "--seed": 0, "--multi-turn": False}  # the command line's, for RUN_SETTINGS' keys
 
 
-def resume_hint(result: RunResult, out_dir: Path) -> str:
-    """How the run in ``out_dir`` continues after it stopped: the ``demo --resume`` command (the
-    options that decide the run, from its ``RUN_SETTINGS``), or why the folder cannot resume."""
+def resume_command(out_dir: Path, steps: int, save_every: Optional[int]) -> str:
+    """How the run in ``out_dir`` (planned to ``steps``, checkpoints every ``save_every``) continues:
+    the ``demo --resume`` command with the options that decide the run (its ``RUN_SETTINGS``), or
+    why the folder cannot resume (``resume_problem``)."""
     out_dir = Path(out_dir).resolve()
     try:
         settings = json.loads((out_dir / RUN_SETTINGS).read_text())
     except (OSError, ValueError):
         settings = {}
-    problem = resume_problem(out_dir, result.planned_steps, settings)
+    problem = resume_problem(out_dir, steps, settings)
     if problem:
         return f"{out_dir} cannot resume: {problem}"
-    options = [f"--steps {result.planned_steps}"] + ([f"--save-every {result.save_every}"] if result.save_every else [])
+    options = [f"--steps {steps}"] + ([f"--save-every {save_every}"] if save_every else [])
     options += [name if value is True else f"{name} {value}" for name, value in sorted(settings.items())
                 if value != DEMO_DEFAULTS.get(name) and value is not False]
     return (f"{out_dir} resumes from the checkpoint of step {saved_step(out_dir)}: verl-rfpp demo --resume --out "
             f"{out_dir} {' '.join(options)}")
 
 
+def resume_hint(result: RunResult, out_dir: Path) -> str:
+    """``resume_command`` of the run ``result`` in ``out_dir``."""
+    return resume_command(out_dir, result.planned_steps, result.save_every)
+
+
+def interrupted(out_dir: Optional[Path], steps: int, save_every: Optional[int], signal_name: str) -> str:
+    """The one line of a demo stopped by ``signal_name`` (SIGINT: Ctrl-C; SIGTERM: a scheduler, ``kill``;
+    named when it is not a Ctrl-C) after it stopped the trainer and its Ray processes, with how the run
+    in ``out_dir`` continues (none for a run in a temporary folder, removed: ``out_dir`` ``None``)."""
+    how = "" if signal_name == "SIGINT" else f" ({signal_name})"
+    then = f"; {resume_command(out_dir, steps, save_every)}" if out_dir is not None else ""
+    return f"interrupted{how}; stopped the trainer and its Ray processes{then}"
+
+
+NODE_ROLES = {"raylet": "the Ray node's manager", "gcs_server": "Ray's control store"}
+
+
 def worker_death(result: RunResult, out_dir: Path) -> Optional[str]:
-    """What to tell a person whose run stopped because a Ray worker of it ended (killed, crashed,
-    the OOM killer) while verl trained, in one line: which worker, during which step, how the run
-    stopped and how long after, then how to resume (``resume_hint``); ``None`` for any other end.
-    verl's traceback stays in its log."""
+    """What to tell a person whose run stopped because a Ray process of it ended (a worker killed,
+    crashed, the OOM killer; the node's raylet or GCS, whose end ends every worker) or stalled
+    (no progress for ``launch.STALL_S``: a stopped or hung worker) while verl trained, in one line:
+    which process, during which step, how the run stopped and how long after, then how to resume
+    (``resume_hint``); ``None`` for any other end. verl's traceback stays in its log."""
     death = result.death
     if death is None or (result.returncode == 0 and not death.stopped_by_launcher):
         return None
@@ -189,8 +213,15 @@ def worker_death(result: RunResult, out_dir: Path) -> Optional[str]:
            if death.stopped_by_launcher else f"verl's trainer stopped (exit {result.returncode})")
     where = f" (verl's log: {result.log_path})" if result.log_path else ""
     when = f"after step {death.after_step} of {result.planned_steps}" if death.after_step else "before step 1's end"
-    return (f"a Ray worker of the run ended while verl trained ({death.title} pid {death.pid}, {when}); {how}, "
-            f"and no process of the run was left {death.seconds:.1f} s after; {next_step}{where}")
+    if death.stalled:
+        what = f"a process of the run stalled ({death.title} pid {death.pid}, {death.stalled}, {when})"
+        how = "the demo stopped the run"
+    elif death.title in NODE_ROLES:
+        what = (f"Ray's {death.title} of the run ended while verl trained ({NODE_ROLES[death.title]}, pid "
+                f"{death.pid}, {when}; every worker ends with it)")
+    else:
+        what = f"a Ray worker of the run ended while verl trained ({death.title} pid {death.pid}, {when})"
+    return f"{what}; {how}, and no process of the run was left {death.seconds:.1f} s after; {next_step}{where}"
 
 
 def judge_nodes(result: RunResult, nodes: int, verdict: Verdict) -> None:

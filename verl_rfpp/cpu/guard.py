@@ -11,6 +11,12 @@ write a file while they are gathered) and kills (SIGKILL) every process of those
 pids and all their descendants, until none is left, removes the run's folders (once no process of
 the run is left to write into them), and appends one line to its log: when the launcher ended, how
 many processes it killed, how long they took to go, how many folders it removed.
+
+Two guards run, a primary and a standby, each told everything by the launcher and each holding the
+read end of a pipe only the other writes to: no single point of cleanup. When the launcher ends the
+primary reaps and tells the standby ``done``; a standby that hears its peer's pipe end instead (the
+primary was killed, before or with the launcher) reaps itself. A guard that sees its peer end while
+the launcher lives records it in the log; the run goes on, guarded by the one left.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from pathlib import Path
 from typing import Optional
 
 REAP_LIMIT_S = 30.0  # the guard gives up waiting for the processes to go after this long
+PRIMARY, STANDBY = "primary", "standby"  # two guards, each watching the launcher and the other: no single point
+PEER = {PRIMARY: STANDBY, STANDBY: PRIMARY}
 
 
 def _stat(pid: int) -> Optional[tuple[int, int, int, str]]:
@@ -95,11 +103,36 @@ def reap(sessions: set[int], roots: dict[int, int], limit_s: float = REAP_LIMIT_
     return len(killed), time.monotonic() - started, len(members(sessions, roots))
 
 
-def watch(log_path: str) -> None:
+def _log(log_path: str, line: str) -> None:
+    with open(log_path, "a") as log:
+        log.write(line + "\n")
+
+
+def watch(log_path: str, role: str = PRIMARY, peer_in: int = -1, peer_out: int = -1) -> None:
+    """One guard (``role``: ``PRIMARY`` or ``STANDBY``): read what belongs to the run from stdin
+    until end of file (the launcher ended), then the primary reaps, writes its line and tells its
+    peer ``done`` (on ``peer_out``); the standby waits for that word (on ``peer_in``) and reaps
+    only if it does not come (the primary ended first: killed). Either records in the log a peer
+    that ended while the launcher lived."""
+    import threading
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the launcher, which then closes the pipe
     sessions: set[int] = set()
     roots: dict[int, int] = {}
     folders: list[str] = []
+    peer = {"pid": "?", "word": None, "ending": False}
+    heard = threading.Event()
+
+    def listen() -> None:  # the peer's one word, or the end of its pipe: it ended
+        with os.fdopen(peer_in, "r") as pipe:
+            peer["word"] = pipe.readline().strip() or "ended"
+        heard.set()
+        if peer["word"] != "done" and not peer["ending"]:
+            _log(log_path, f"the {PEER[role]} guard (pid {peer['pid']}) ended at {time.time():.3f} while the run "
+                           f"went on (killed?); the {role} guard (pid {os.getpid()}) still guards it")
+
+    if peer_in >= 0:
+        threading.Thread(target=listen, daemon=True).start()
     for line in sys.stdin:
         kind, _, number = line.partition(" ")
         if kind == "session":
@@ -108,7 +141,14 @@ def watch(log_path: str) -> None:
             roots[int(number)] = _stat(int(number))[2]
         elif kind == "folder":
             folders.append(number.rstrip("\n"))
+        elif kind == "peer":
+            peer["pid"] = number.strip()
+    peer["ending"] = True
     ended = time.time()
+    if role == STANDBY and peer_in >= 0:
+        heard.wait()
+        if peer["word"] == "done":
+            return
     killed, seconds, left = reap(sessions, roots)
     outcome = f"none left after {seconds:.3f} s" if not left else f"{left} still alive after {seconds:.3f} s"
     present = [folder for folder in folders if os.path.isdir(folder)]
@@ -116,14 +156,21 @@ def watch(log_path: str) -> None:
         for folder in present:
             shutil.rmtree(folder, ignore_errors=True)
     removed = sum(not os.path.exists(folder) for folder in present)
-    with open(log_path, "a") as log:
-        log.write(f"launcher ended at {ended:.3f}; killed {killed} processes of the run, {outcome}; "
-                  f"removed {removed} of the {len(present)} folders of the run still there\n")
+    by = "" if role == PRIMARY else f" (by the standby guard, pid {os.getpid()}: the primary had ended)"
+    _log(log_path, f"launcher ended at {ended:.3f}; killed {killed} processes of the run, {outcome}; "
+                   f"removed {removed} of the {len(present)} folders of the run still there{by}")
+    if peer_out >= 0:
+        try:
+            os.write(peer_out, b"done\n")
+        except OSError:
+            pass
 
 
 IDLE = "ray::IDLE"  # the title of a Ray worker with no actor and no task (Ray may end it at any time)
 RAY_AGENTS = ("ray::RuntimeEnvAgent", "ray::DashboardAgent")  # a node's agents, not workers: Ray ends them with
 #                                                              the node (a Ray start that timed out, a shutdown)
+RAY_NODE = ("raylet", "gcs_server")  # a node's manager and Ray's control store (executables, not ``ray::`` titles):
+#                                      their end ends every worker of the node
 
 
 def title(pid: int) -> Optional[str]:
@@ -139,7 +186,8 @@ def title(pid: int) -> Optional[str]:
 
 class WorkerWatch:
     """The Ray workers of session ``sid`` that hold an actor or a task (title ``ray::Name...``,
-    not ``IDLE`` nor one of ``RAY_AGENTS``): ``poll()`` returns ``[(pid, title), ...]`` of those
+    not ``IDLE`` nor one of ``RAY_AGENTS``), and its raylet and GCS (``RAY_NODE``, by the name of
+    their executable): ``poll()`` returns ``[(pid, title), ...]`` of those
     seen gone since the last poll (ended, a zombie, or its pid reused; several at once when Ray
     ends actors with the one that died). The session is read every ``rescan_s`` (new workers);
     the watched pids every poll (a few ``/proc`` reads). A worker seen back to ``IDLE`` is dropped
@@ -156,6 +204,9 @@ class WorkerWatch:
         kernel releases it before the process is a zombie), ``True`` otherwise (an idle worker or
         one not Ray's is dropped, not gone)."""
         name = title(pid)
+        if name and name.rsplit("/", 1)[-1] in RAY_NODE:
+            self.watched[pid] = (start, name.rsplit("/", 1)[-1])
+            return True
         if not name or name == IDLE or name in RAY_AGENTS or not name.startswith("ray::"):
             self.watched.pop(pid, None)
             return bool(name)
@@ -181,23 +232,51 @@ class WorkerWatch:
 
 
 class Guard:
-    """The launcher's side: ``with Guard(log) as guard: guard.session(pid)`` (the pipe closes on
-    leaving the block, or when the launcher dies; either way the run's processes are killed)."""
+    """The launcher's side: ``with Guard(log) as guard: guard.session(pid)`` (the pipes close on
+    leaving the block, or when the launcher dies; either way the run's processes are killed).
+    Two guards are started, a primary and a standby, each told everything and each holding a pipe
+    from the other: killed together with the launcher, either one still reaps the run."""
 
     def __init__(self, log_path: Path):
         self.log_path = Path(log_path)
-        self.process: Optional[subprocess.Popen] = None
+        self.processes: list[subprocess.Popen] = []
+
+    @property
+    def process(self) -> Optional[subprocess.Popen]:
+        """The primary guard."""
+        return self.processes[0] if self.processes else None
 
     def __enter__(self) -> Guard:
-        self.process = subprocess.Popen([sys.executable, "-I", __file__, str(self.log_path)], stdin=subprocess.PIPE,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-                                        start_new_session=True)
+        to_standby, from_primary = os.pipe()[::-1]  # (write end, read end)
+        to_primary, from_standby = os.pipe()[::-1]
+        ends = {PRIMARY: (from_standby, to_standby), STANDBY: (from_primary, to_primary)}
+        try:
+            for role in (PRIMARY, STANDBY):
+                peer_in, peer_out = ends[role]
+                self.processes.append(subprocess.Popen(
+                    [sys.executable, "-I", __file__, str(self.log_path), role, str(peer_in), str(peer_out)],
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                    start_new_session=True, pass_fds=(peer_in, peer_out)))
+        finally:
+            for fd in (to_standby, from_primary, to_primary, from_standby):
+                os.close(fd)
+        primary, standby = self.processes
+        self._tell_one(primary, "peer", standby.pid)
+        self._tell_one(standby, "peer", primary.pid)
         return self
 
+    @staticmethod
+    def _tell_one(process: subprocess.Popen, kind: str, what: object) -> None:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(f"{kind} {what}\n")
+            process.stdin.flush()
+        except OSError:  # that guard was killed: the other one guards the run (and logged its end)
+            pass
+
     def _tell(self, kind: str, what: object) -> None:
-        assert self.process is not None and self.process.stdin is not None
-        self.process.stdin.write(f"{kind} {what}\n")
-        self.process.stdin.flush()
+        for process in self.processes:
+            self._tell_one(process, kind, what)
 
     def session(self, sid: int) -> None:
         """Every process of session ``sid`` (and its descendants) belongs to the run."""
@@ -214,15 +293,19 @@ class Guard:
         self._tell("folder", path)
 
     def __exit__(self, *exc_info: object) -> None:
-        """Close the pipe and wait for the guard to have killed what was left of the run."""
-        assert self.process is not None and self.process.stdin is not None
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=REAP_LIMIT_S + 10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        """Close the pipes and wait for the guards to have killed what was left of the run."""
+        for process in self.processes:
+            try:
+                process.stdin.close()
+            except OSError:
+                pass
+        for process in self.processes:
+            try:
+                process.wait(timeout=REAP_LIMIT_S + 10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 if __name__ == "__main__":
-    watch(sys.argv[1])
+    watch(sys.argv[1], *sys.argv[2:3], *map(int, sys.argv[3:5]))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -105,23 +107,138 @@ def write_run_settings(out_dir: Path, settings: dict) -> None:
     (Path(out_dir) / RUN_SETTINGS).write_text(json.dumps(settings, sort_keys=True))
 
 
+LOCK = "run.lock"  # in a run's folder: flock(2)-locked by the demo that runs there, its pid inside
+
+
+def hold_folder(out_dir: Path) -> int:
+    """Lock ``out_dir`` for this process (one run per folder): an exclusive ``flock`` on
+    ``out_dir/run.lock``, held by the returned descriptor until it is closed or the process ends,
+    however it ends (the kernel drops it: a kill leaves no stale lock). The holder's pid is written
+    in the file. A folder another process holds raises ``LaunchError`` naming that pid; one this
+    process cannot write to, naming the error."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # not inherited by the trainer
+    except OSError as error:  # a read-only or full --out: no run could write its files there either
+        raise LaunchError(f"could not write the run's files in {out_dir}: {error}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = ""
+        for _ in range(20):  # the holder writes its pid just after it took the lock
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            if holder:
+                break
+            time.sleep(0.05)
+        os.close(fd)
+        raise LaunchError(f"{out_dir} is in use by another run (pid {holder or 'unknown'}, which holds "
+                          f"{out_dir / LOCK}): wait for it to end, stop it (kill -INT {holder or 'PID'}), "
+                          "or give another --out") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+MANIFEST = "rfpp-manifest.json"  # in a checkpoint folder: its files' sizes and sha256, written by the launcher
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """``folder/rfpp-manifest.json``: every file of the checkpoint folder (relative path -> size
+    and sha256), replaced in one step (a kill leaves the old manifest or the new, never half)."""
+    folder = Path(folder)
+    files = {str(path.relative_to(folder)): {"size": path.stat().st_size, "sha256": _sha256(path)}
+             for path in sorted(folder.rglob("*")) if path.is_file() and path.name != MANIFEST
+             and not path.name.endswith(".partial")}
+    partial = folder / (MANIFEST + ".partial")
+    partial.write_text(json.dumps({"files": files}, indent=1, sort_keys=True))
+    os.replace(partial, folder / MANIFEST)
+
+
+def checkpoint_problem(folder: Path) -> Optional[str]:
+    """What is wrong with the checkpoint folder ``folder`` (``None``: intact): against its manifest
+    (``MANIFEST``), the first file missing, of another size, or of other bytes; without a manifest
+    (a checkpoint saved before the launcher wrote them), only whether ``actor/`` and ``data.pt`` are there."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return f"{folder} does not exist"
+    manifest = folder / MANIFEST
+    if not manifest.exists():
+        missing = [name for name in ("actor", "data.pt") if not (folder / name).exists()]
+        return f"{folder} lacks {' and '.join(missing)}" if missing else None
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its manifest {manifest} is unreadable"
+    for name, expected in sorted(files.items()):
+        path = folder / name
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return f"{path} is missing (its manifest lists it, {expected['size']} bytes)"
+        if size != expected["size"]:
+            return f"{path} has {size} bytes, its manifest {expected['size']}"
+        found = _sha256(path)
+        if found != expected["sha256"]:
+            return (f"{path}'s bytes changed (sha256 {found[:16]}..., its manifest {expected['sha256'][:16]}...; "
+                    "same size)")
+    return None
+
+
+def _steps_saved(checkpoints: Path) -> list[int]:
+    """The N of every ``global_step_N`` folder in ``checkpoints``, newest first."""
+    found = [int(match[1]) for path in checkpoints.glob("global_step_*")
+             if path.is_dir() and (match := re.fullmatch(r"global_step_(\d+)", path.name))]
+    return sorted(found, reverse=True)
+
+
+def intact_before(out_dir: Path, below: Optional[int]) -> Optional[int]:
+    """The newest checkpoint of ``out_dir`` before step ``below`` (any with ``None``) that
+    ``checkpoint_problem`` finds intact, or ``None``."""
+    checkpoints = Path(out_dir) / CHECKPOINTS
+    return next((step for step in _steps_saved(checkpoints) if (below is None or step < below)
+                 and checkpoint_problem(checkpoints / f"global_step_{step}") is None), None)
+
+
+def _instead(out_dir: Path, below: Optional[int]) -> str:
+    """How to go on from ``out_dir`` when its tracker's checkpoint cannot be used: the newest intact one."""
+    tracker = Path(out_dir) / CHECKPOINTS / TRACKER
+    step = intact_before(out_dir, below)
+    if step is None:
+        return "no intact checkpoint is left: run afresh without --resume"
+    return (f"the newest intact checkpoint is step {step} ({Path(out_dir) / CHECKPOINTS / f'global_step_{step}'}): "
+            f"resume from it with `echo {step} > {tracker}`, then the same --resume command")
+
+
 def resume_problem(out_dir: Path, steps: int, settings: dict) -> Optional[str]:
     """Why a run of ``steps`` steps with ``settings`` cannot resume from ``out_dir``, or ``None``:
-    no checkpoint (verl itself would silently train from scratch), none before ``steps``, one
-    saved by a run with other settings (verl would continue it as another run: a different seed,
-    estimator or world size), a tracker cut short, or a tracker naming a folder without the actor
-    or the data loader's state. A half-written ``global_step_N`` (a run killed while it saved) is
-    never loaded: verl writes the tracker after the checkpoint's last file, so it still names the
-    previous one."""
+    no checkpoint (verl itself would silently train from scratch), a tracker cut short, a tracker
+    naming a checkpoint that is missing or damaged (``checkpoint_problem``: against the manifest
+    the launcher wrote, or, without one, ``actor/`` or ``data.pt`` absent; each with the newest
+    intact checkpoint to resume from instead), none before ``steps``, or one saved by a run with
+    other settings (verl would continue it as another run: a different seed, estimator or world
+    size). A half-written ``global_step_N`` (a run killed while it saved) is never loaded: verl
+    writes the tracker after the checkpoint's last file, so it still names the previous one."""
     checkpoints = Path(out_dir) / CHECKPOINTS
     step = saved_step(out_dir)
     tracker = checkpoints / TRACKER
     if step is None and tracker.exists():
         return (f"verl's tracker {tracker} names no step (a run killed while verl wrote it): verl would stop on "
-                "it; write into it the N of the newest global_step_N folder that holds data.pt, or run afresh")
+                f"it; {_instead(out_dir, None)}")
     if step is None:
         return (f"--resume continues from a checkpoint in {checkpoints}, and there is none; "
                 "run with --save-every N first (same --out)")
+    damage = checkpoint_problem(checkpoints / f"global_step_{step}")
+    if damage:
+        return f"verl's tracker {tracker} names step {step}, but {damage}; {_instead(out_dir, step)}"
     if steps <= step:
         return f"the checkpoint in {checkpoints} is after step {step}: resume with --steps above {step}"
     try:
@@ -135,12 +252,39 @@ def resume_problem(out_dir: Path, steps: int, settings: dict) -> Optional[str]:
         given = ", ".join(f"{name} {saved.get(name)}" for name in differ)
         return (f"the checkpoint in {checkpoints} was saved by a run with {given}; resume it with the same options "
                 f"(this run has {', '.join(f'{name} {settings[name]}' for name in differ)})")
-    folder = checkpoints / f"global_step_{step}"
-    missing = [name for name in ("actor", "data.pt") if not (folder / name).exists()]
-    if missing:
-        return (f"verl's tracker {tracker} names step {step}, but {folder} lacks {' and '.join(missing)}: verl would "
-                "train from scratch, or from a partial checkpoint, without saying so; run afresh without --resume")
     return None
+
+
+def resume_note(out_dir: Path) -> Optional[str]:
+    """The line a resume prints when the checkpoint it continues from has no manifest (saved before
+    the launcher wrote them): only its completeness could be checked."""
+    step = saved_step(out_dir)
+    folder = Path(out_dir) / CHECKPOINTS / f"global_step_{step}"
+    if step is None or (folder / MANIFEST).exists():
+        return None
+    return (f"the checkpoint of step {step} has no manifest ({folder / MANIFEST}: saved before verl-rfpp wrote "
+            "them): only its completeness was checked (actor/ and data.pt present), not its bytes")
+
+
+class Manifests:
+    """Writes a checkpoint's manifest once verl recorded it: ``poll()`` (the launcher's watch)
+    reads verl's tracker; a step it names that this run has not yet described gets its
+    ``MANIFEST`` (also one the run saved again over an earlier run's folder)."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = Path(out_dir)
+        self.done: set[int] = set()
+
+    def poll(self) -> None:
+        step = saved_step(self.out_dir)
+        folder = self.out_dir / CHECKPOINTS / f"global_step_{step}"
+        if step is None or step in self.done or not folder.is_dir():
+            return
+        try:
+            write_manifest(folder)
+        except OSError:  # a read-only or full checkpoints folder: no manifest, the resume checks completeness
+            pass
+        self.done.add(step)
 
 
 def examples_dir() -> Path:
@@ -401,13 +545,16 @@ def _die_with(parent: int) -> Optional[Callable[[], None]]:
 
 WORKER_GRACE_S = 20.0  # after a worker of the run ended, verl's trainer has this long to stop by itself
 WATCH_S = 0.25  # how often the launcher looks at the run's workers
-
-
+# No progress (a new step line, trace line or checkpoint) for this long, once the workers are up
+# (the run trace's first line), and the run is stopped naming the stalled process: the longest gap
+# measured between two of them is STALL_MEASURED_S (docs/cpu-backend.md, "A hung worker").
+STALL_S = 300.0
 @dataclass
 class WorkerDeath:
-    """A Ray worker of the run (an actor's or a task's process) that ended while verl trained:
-    its title (``ray::WorkerDict``) and pid, the last step verl had logged or checkpointed when it
-    was seen gone (0: none), whether verl stopped by itself
+    """A Ray process of the run (an actor's or a task's worker, or the node's raylet or GCS) that
+    ended while verl trained, or (``stalled``) one the run waited on with no progress for
+    ``STALL_S``: its title (``ray::WorkerDict``) and pid, the last step verl had logged or
+    checkpointed when it was seen (0: none), whether verl stopped by itself
     within ``WORKER_GRACE_S`` (else the launcher stopped the run), and the seconds from the death
     seen to the end of the run (every process of it gone: ``run`` returned)."""
 
@@ -418,6 +565,7 @@ class WorkerDeath:
     stopped_by_launcher: bool = False
     seconds: float = 0.0
     with_it: list = field(default_factory=list)  # (pid, title) of the workers seen gone in the same look
+    stalled: str = ""  # for a hung run: how the process was found (``stopped (SIGSTOP)``, ``busy in its task``)
 
 
 # Ray's errors for a call on an actor or a task whose worker process ended
@@ -450,8 +598,11 @@ def _name_death(result: RunResult, last_step: int) -> None:
     see is taken from Ray's error in verl's log (``_death_in_log``); when Ray's error names a
     worker, that one died, whatever the watch saw end first (those Ray ended with it: a 2-rank
     run's ``TransferQueueController``; or, on a loaded machine, verl's ``TaskRunnerV1`` ending on
-    the error before the watch looked at the dead worker)."""
+    the error before the watch looked at the dead worker). A death of the node's raylet or GCS seen
+    by the watch stays theirs (the workers, and Ray's errors, follow it), and so does a stall."""
     named = _death_in_log(result.log, last_step) if result.returncode != 0 else None
+    if result.death and (result.death.title in guard.RAY_NODE or result.death.stalled):
+        return  # a raylet's or GCS's death ends every worker (Ray's errors then name one); a stall is no death
     if result.death and not result.death.stopped_by_launcher and named is None and _driver_failed(result.log):
         result.death = None  # verl's driver failed on an error of its own (a checkpoint it could not write): the
         #                      worker the watch saw end before that error reached this process was its shutdown
@@ -469,15 +620,51 @@ def _last_step(result: RunResult, out_dir: Path) -> int:
     return max(max(result.steps, default=0), saved_step(out_dir) or 0)
 
 
-def _watch_workers(process: subprocess.Popen, result: RunResult, steps: int, out_dir: Path) -> None:
-    """Until the trainer ends: the first Ray worker of its session that ends before the last step
-    was logged (and before verl's driver reported an error) is ``result.death``; verl then has
-    ``WORKER_GRACE_S`` to stop, after which every process of the session is killed (a driver
-    left waiting on a dead actor, or a rank on a dead peer, would wait for ever)."""
+def _stalled(sid: int) -> tuple[int, str, str]:
+    """The process of session ``sid`` a run with no progress waits on: a Ray process stopped
+    (``T``: SIGSTOP, a debugger), else a Ray worker busy in a task (its title names the method:
+    ``ray::WorkerDict.update_actor``), else verl's driver: ``(pid, title, how)``."""
+    found = {pid: (guard.title(pid) or "", guard._stat(pid)) for pid in guard.members({sid}, {})}
+    ray = {pid: (name, stat) for pid, (name, stat) in found.items() if stat and name.startswith("ray::")
+           and name != guard.IDLE and name not in guard.RAY_AGENTS}
+    stopped = sorted(pid for pid, (_, stat) in ray.items() if stat[3] in "Tt")
+    if stopped:
+        return stopped[0], ray[stopped[0]][0].split(".", 1)[0], "stopped (state T: SIGSTOP or a debugger)"
+    busy = sorted(pid for pid, (name, _) in ray.items() if "." in name and not name.startswith("ray::TaskRunner"))
+    if busy:
+        return busy[0], ray[busy[0]][0], "in a task that does not return"
+    return sid, "verl's driver (main_ppo)", "waiting, no Ray worker stopped or busy"
+
+
+def _progress(result: RunResult, out_dir: Path, trace_path: Path) -> tuple:
+    """What moves while verl trains: the steps logged, the run trace's size (several lines a step:
+    advantages, every policy-loss call, every weight sync) and verl's tracker."""
+    try:
+        size = trace_path.stat().st_size
+    except OSError:
+        size = 0
+    return len(result.steps), size, saved_step(out_dir)
+
+
+def _watch_workers(process: subprocess.Popen, result: RunResult, steps: int, out_dir: Path,
+                   trace_path: Optional[Path] = None, manifests: Optional[Manifests] = None,
+                   stall_s: float = STALL_S) -> None:
+    """Until the trainer ends: the first Ray worker of its session (or its raylet or GCS) that ends
+    before the last step was logged (and before verl's driver reported an error) is ``result.death``;
+    verl then has ``WORKER_GRACE_S`` to stop, after which every process of the session is killed (a
+    driver left waiting on a dead actor, or a rank on a dead peer, would wait for ever). Once the
+    workers are up (the trace's first line), a run without progress (``_progress``) for ``stall_s``
+    is stalled: the process it waits on (``_stalled``) is ``result.death`` and the run is killed.
+    Each checkpoint verl records gets its manifest (``manifests``)."""
     workers = guard.WorkerWatch(process.pid)
+    trace_path = trace_path or Path(out_dir) / trace.TRACE_FILE
+    manifests = manifests or Manifests(out_dir)
+    last, changed = _progress(result, out_dir, trace_path), time.monotonic()
     while process.poll() is None:
+        manifests.poll()
         gone = workers.poll()
         if gone and max(result.steps, default=0) < steps and not _driver_failed(result.log):
+            gone.sort(key=lambda worker: worker[1] not in guard.RAY_NODE)  # the raylet's end takes its workers
             (pid, title), *others = gone
             result.death = WorkerDeath(pid, title, _last_step(result, out_dir), time.monotonic(), with_it=others)
             while process.poll() is None and time.monotonic() - result.death.seen < WORKER_GRACE_S:
@@ -485,6 +672,15 @@ def _watch_workers(process: subprocess.Popen, result: RunResult, steps: int, out
             if process.poll() is None:
                 result.death.stopped_by_launcher = True
                 guard.reap({process.pid}, {})
+            return
+        now, progress = time.monotonic(), _progress(result, out_dir, trace_path)
+        if progress != last or not progress[1]:
+            last, changed = progress, now
+        elif now - changed >= stall_s and max(result.steps, default=0) < steps:
+            pid, title, how = _stalled(process.pid)
+            result.death = WorkerDeath(pid, title, _last_step(result, out_dir), now, stopped_by_launcher=True,
+                                       stalled=f"{how}; the run made no progress for {now - changed:.0f} s")
+            guard.reap({process.pid}, {})
             return
         time.sleep(WATCH_S)
 
@@ -532,7 +728,7 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
         on_step: Optional[Callable[[int, dict[str, float]], None]] = None, nodes: int = 1,
         node_env: Optional[dict[int, dict[str, str]]] = None, extra_overrides: Sequence[str] = (),
         extra_env: Optional[dict[str, str]] = None, save_every: Optional[int] = None, resume: bool = False,
-        example: Sequence[str] = ()) -> RunResult:
+        example: Sequence[str] = (), stall_s: float = STALL_S) -> RunResult:
     """Run verl's ``main_ppo`` on the CPU; its whole log goes to ``out_dir/verl.log`` (and to stdout
     with ``echo``); ``on_step(step, metrics)`` is called as each step's console line arrives.
     One node: verl starts its Ray with ``RAY_TMPDIR`` a temporary directory of the run's own.
@@ -555,7 +751,7 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
                 result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers,
                               assets_dir, multi_turn, on_step, extra_overrides=extra_overrides,
                               extra_env={"RAY_TMPDIR": ray_tmp, **(extra_env or {})}, save_every=save_every,
-                              resume=resume)
+                              resume=resume, stall_s=stall_s)
         else:
             env = trainer_environment(Path(out_dir).resolve(), ours)
             changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
@@ -566,7 +762,7 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
                 watch.folder(ray_cluster.temp_dir)
                 result = _run(watch, estimator, out_dir, steps, legacy, echo, timeout, nodes, seed, ours, loggers,
                               assets_dir, multi_turn, on_step, nodes, ray_cluster.address, extra_overrides,
-                              extra_env, save_every, resume, example)
+                              extra_env, save_every, resume, example, stall_s)
                 result.nodes, result.node_of_pid = ray_cluster.nodes(), ray_cluster.node_of_pids()
     if result.death is not None:  # the guard has killed what was left of the run
         result.death.seconds = time.monotonic() - result.death.seen
@@ -575,7 +771,7 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
 
 def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, ours, loggers, assets_dir, multi_turn,
          on_step, nodes=1, address=None, extra_overrides=(), extra_env=None, save_every=None, resume=False,
-         example=()) -> RunResult:
+         example=(), stall_s=STALL_S) -> RunResult:
     out_dir = Path(out_dir).resolve()
     argv, env = command(estimator, out_dir, steps, legacy, ranks, seed, ours, loggers, assets_dir, multi_turn,
                         nodes, address, extra_overrides, extra_env, save_every, resume, example)
@@ -597,7 +793,16 @@ def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, o
 
     watchdog = threading.Timer(timeout, kill)
     watchdog.start()
-    threading.Thread(target=_watch_workers, args=(process, result, steps, out_dir), daemon=True).start()
+    manifests = Manifests(out_dir)
+    if resume:  # the checkpoint it starts from was verified (resume_problem), not described again
+        manifests.done.add(saved_step(out_dir))
+    if echo:
+        print(f"verl-rfpp: a run with no progress (a step, a line of {trace_path.name}, a checkpoint) for "
+              f"{stall_s:.0f} s once its workers are up is stopped, naming the process it waits on; a run "
+              f"still going after {timeout:.0f} s is stopped", flush=True)
+    watcher = threading.Thread(target=_watch_workers, args=(process, result, steps, out_dir, trace_path, manifests,
+                                                            stall_s), daemon=True)
+    watcher.start()
     assert process.stdout is not None
     try:
         with open(result.log_path, "w", buffering=1) as log_file:
@@ -611,6 +816,8 @@ def _run(watch, estimator, out_dir, steps, legacy, echo, timeout, ranks, seed, o
                 if parsed and on_step:
                     on_step(*parsed)
         result.returncode = process.wait()
+        watcher.join()  # its last look: a death or a stall it records is the run's
+        manifests.poll()  # a checkpoint recorded in the run's last moments
         _name_death(result, _last_step(result, out_dir))
     finally:  # Ctrl-C or any error here: the trainer and the Ray processes it started go too
         watchdog.cancel()

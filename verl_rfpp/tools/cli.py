@@ -149,20 +149,56 @@ def _demo(args: argparse.Namespace) -> int:
         print("verl-rfpp demo: --resume continues the run in --out DIR; give the --out of the run that saved "
               "with --save-every N.")
         return 2
-    if args.resume:
-        from verl_rfpp.cpu.launch import resume_problem
+    import os
 
-        problem = resume_problem(args.out, args.steps, _run_settings(args))
+    from verl_rfpp.cpu import demo, launch
+
+    lock = None
+    if args.out:  # one run per folder, held until this process ends (before Ray, before any file of the run)
+        try:
+            lock = launch.hold_folder(args.out)
+        except launch.LaunchError as busy:
+            print(f"verl-rfpp demo: {busy}.")
+            return 2
+    try:
+        return _demo_in(args, demo, launch)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _demo_in(args: argparse.Namespace, demo, launch) -> int:
+    """``_demo`` once the folder is the run's: the resume's checks, then the run; a SIGTERM (a
+    scheduler's) stops it as a Ctrl-C does, and either ends in one line with the resume command."""
+    import signal
+
+    if args.resume:
+        problem = launch.resume_problem(args.out, args.steps, _run_settings(args))
         if problem:
             print(f"verl-rfpp demo: {problem}.")
             return 2
+        note = launch.resume_note(args.out)
+        if note:
+            print(f"verl-rfpp demo: {note}.")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="verl-rfpp-demo-"))
     keep = args.out is not None
+    stopped_by = {"name": "SIGINT"}
+
+    def terminated(number: int, frame: object) -> None:  # a scheduler's SIGTERM: stopped as a Ctrl-C is
+        stopped_by["name"] = signal.Signals(number).name
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         passed = _run_demo(args, out)
         keep = keep or not passed
         return 0 if passed else 1
+    except KeyboardInterrupt:
+        print(f"verl-rfpp demo: {demo.interrupted(args.out, args.steps, args.save_every, stopped_by['name'])}",
+              flush=True)
+        return 128 + getattr(signal, stopped_by["name"])
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if not keep:
             shutil.rmtree(out, ignore_errors=True)
 
