@@ -51,6 +51,9 @@ def parse_script(data: bytes, path: str):
     """The root node of ``data``'s tree; ``ReadError`` where tree-sitter-bash finds an error."""
     if b"\0" in data:
         raise ReadError(data[:data.index(b"\0")].count(b"\n") + 1, str(path), "it holds a NUL byte")
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise ReadError(1, "a UTF-8 byte-order mark", f"{path} starts with a byte-order mark, which bash reads as part "
+                        "of the first command's name; save the file without it")
     if len(data.split(maxsplit=MAX_WORDS)) > MAX_WORDS:
         raise ReadError(0, str(path), f"it has over {MAX_WORDS} words")
     stray = re.search(rb"\\[ \t]+(\n|#)", data)

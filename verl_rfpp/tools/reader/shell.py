@@ -113,6 +113,7 @@ class Shell:
         self._node_line = 1
         self._stdin_fed = False
         self._substitution_status: Optional[list] = None
+        self._double_quotes = 0  # inside "...": the word of ${V:-word} is read as a double-quoted string
 
     # --- entry points -------------------------------------------------------------------------
 
@@ -596,6 +597,10 @@ class Shell:
 
     def _simple_command(self, node, children: list) -> Status:
         assignments, arguments = [], []
+        for (child, _), (following, _) in zip(children, children[1:]):
+            parts = _gap_parts(_gap(child, following) or b"?") if child.type == "variable_assignment" else None
+            if parts is not None and (parts[0] or not parts[1]):
+                raise self.refuse(child, "tree-sitter-bash ends this assignment's word where bash goes on")
         for child, role in children:
             if child.type == "variable_assignment":
                 assignments.append(child)
@@ -751,13 +756,17 @@ class Shell:
         ``arguments``: a command's, where ``NAME=~/x`` gets tilde expansion as an assignment."""
         found: list = []
         ifs = self._ifs()
-        for node in nodes:
-            if node.type == "comment":
-                continue
-            if node.type in ("word", "concatenation") and words.may_brace_expand(text(node)):
-                raise self.refuse(node, "check does not model brace expansion ({a,b}, {1..3}); quote the word")
-            assignment = "word" if arguments and re.match(r"[A-Za-z_]\w*=", text(node)) else False
-            pieces = self._pieces(node, quoted=False, assignment=assignment)
+        for group in self._grouped(nodes):
+            pieces, node = [], group[-1]
+            for index, part in enumerate(group):
+                if isinstance(part, Piece):
+                    pieces.append(part)
+                    continue
+                node = part
+                if node.type in ("word", "concatenation") and words.may_brace_expand(text(node)):
+                    raise self.refuse(node, "check does not model brace expansion ({a,b}, {1..3}); quote the word")
+                assignment = "word" if arguments and index == 0 and re.match(r"[A-Za-z_]\w*=", text(node)) else False
+                pieces += self._pieces(node, quoted=False, assignment=assignment, start=index == 0)
             fields = words.split(pieces, ifs)
             if "noglob" not in self.state.options:
                 self._check_glob(pieces, node)
@@ -765,6 +774,32 @@ class Shell:
             if len(found) > MAX_FIELDS:
                 raise self.refuse(node, f"over {MAX_FIELDS} words")
         return found
+
+    def _grouped(self, nodes) -> list:
+        """``nodes`` (a command's words) as bash's words: tree-sitter-bash ends a word at an escaped
+        blank (``a\\ b``), a backslash-newline (``a\\<newline>b``) or an escaped character after a
+        quote (``"a"\\~``), where bash goes on; each group is the nodes of one word, with the escaped
+        blanks between them as literal pieces."""
+        groups: list = []
+        previous = None
+        for node in nodes:
+            if node.type == "comment":
+                continue
+            gap = _gap(previous, node) if previous is not None else None
+            parts = None if gap is None else _gap_parts(gap)
+            if gap is not None and parts is None and re.search(rb"\\[ \t]", gap):
+                raise self.refuse(node, "check does not model an escaped blank here")
+            if parts is None:
+                groups.append([node])
+            else:
+                suffix, separate, prefix = parts
+                if not separate:
+                    groups[-1] += [Piece(suffix + prefix, False, False)] * bool(suffix + prefix) + [node]
+                else:
+                    groups[-1] += [Piece(suffix, False, False)] * bool(suffix)
+                    groups.append([Piece(prefix, False, False)] * bool(prefix) + [node])
+            previous = node
+        return groups
 
     def _check_glob(self, pieces: list, node) -> None:
         """bash replaces a word with glob characters outside quotes by the files it matches:
@@ -853,6 +888,8 @@ class Shell:
         kind = node.type
         if kind == "simple_expansion":
             name = node.named_children[-1]
+            if name.type == "variable_name" and re.match(r"[@*#?$!-]", text(name)):
+                raise self.refuse(node, "tree-sitter-bash misreads a special parameter followed by a word")
             if name.type == "variable_name" and text(name).isdigit() and len(text(name)) > 1:
                 first = self.positional[0] if self.positional else self._unset("1", strict=True)
                 return [Piece(first + text(name)[1:], not quoted, not quoted)]  # $10 is ${1}0
@@ -898,6 +935,13 @@ class Shell:
         return found
 
     def _string(self, node) -> list:
+        self._double_quotes += 1
+        try:
+            return self._string_pieces(node)
+        finally:
+            self._double_quotes -= 1
+
+    def _string_pieces(self, node) -> list:
         data = node.text
         pieces: list = [Piece("", False, False)]
         position = node.start_byte + (2 if data.startswith(b'$"') else 1)
@@ -1057,15 +1101,16 @@ class Shell:
         if not rest:
             return self._value_pieces(value, quoted, node)
         operands = rest[1:]
+        written = node.text[rest[0].end_byte - node.start_byte:-1].decode(errors="surrogateescape")
         if defaulting:
-            return self._defaulting(node, target, name, value, operator, operands, quoted)
+            return self._defaulting(node, target, name, value, operator, written, quoted)
         if isinstance(value, _All):
             if operator == ":":
                 return self._value_pieces(self._slice_all(node, name, value), quoted, node)
             raise self.refuse(node, "check does not evaluate this expansion of a list")
         if self.is_unknown(value):
             return [Piece(self.unknown(node), not quoted, not quoted)]
-        return [Piece(self._transformed(node, value, operator, operands), not quoted, not quoted)]
+        return [Piece(self._transformed(node, value, operator, operands, written), not quoted, not quoted)]
 
     def _length_unset(self, target, node) -> None:
         """``${#X[@]}`` under ``set -u`` where X holds no array elements (unset, declared only, or a
@@ -1085,24 +1130,20 @@ class Shell:
             raise Exit(1)
         raise self.refuse(node, f"{name} is unbound under set -u, and check does not model what bash then abandons")
 
-    def _defaulting(self, node, target, name: str, value, operator: str, operands, quoted: bool) -> list:
+    def _defaulting(self, node, target, name: str, value, operator: str, written: str, quoted: bool) -> list:
         """``${V:-w}``, ``${V-w}``, ``${V:=w}``, ``${V=w}``, ``${V:+w}``, ``${V+w}``, ``${V:?w}``,
-        ``${V?w}``: the word is expanded only when it is used, as bash does."""
+        ``${V?w}``: the word is expanded only when it is used, as bash does; ``$@``/``$*`` with no
+        arguments are unset. Outside double quotes the word's unquoted parts are split (and ``~``
+        at its start expanded); inside them it is read as a double-quoted string."""
         if isinstance(value, _All):
-            present = bool(value.items) if operator.startswith(":") else True
-            if name in ("@", "*") and not operator.startswith(":"):
-                present = True
+            present = bool(value.items)
         else:
             if self.is_unknown(value) and operator.startswith(":"):
                 raise self.refuse(node, "whether this value is empty is not known")
             present = self._is_set(target) and not (operator.startswith(":") and value == "")
 
         def word() -> list:
-            pieces: list = []
-            for operand in operands:
-                if operand.is_named:
-                    pieces.extend(self._pieces(operand, quoted=True))
-            return [Piece(p.text, not quoted and p.split, not quoted) if p is not BREAK else p for p in pieces]
+            return self._operand_pieces(node, written, split=not quoted)
 
         if operator.endswith("+"):
             return word() if present else []
@@ -1115,11 +1156,62 @@ class Shell:
         if operator.endswith("="):
             if target.type != "variable_name":
                 raise self.refuse(node, "check does not model this assignment")
-            joined = "".join(" " if p is BREAK else p.text for p in found)
+            joined = "".join(p.text for p in found)
             self._check_assignable(name, node)
             self._set(name, joined, node)
             return [Piece(joined, not quoted, not quoted)]
         return found
+
+    def _operand_pieces(self, node, written: str, split: bool, pattern: bool = False) -> list:
+        """The pieces of an operator's word (``${V:-word}``, a pattern, a replacement) from its text,
+        parsed again as one word (tree-sitter-bash's tree of these words is not bash's): its
+        unquoted literal characters ``split`` (and active), quoted or escaped ones literal. Inside
+        double quotes a default word is a double-quoted string. ``$@``, ``$*``, ``[@]`` and
+        ``$'...'`` or a quote inside a double-quoted word are refused."""
+        if not written:
+            return []
+        if re.search(r"\$[@*]|\$\{[#!]?[@*]|\[[@*]\]", written):
+            raise self.refuse(node, "check does not model $@, $* or [@] inside the word of a parameter expansion")
+        if "\n" in written or "`" in written:
+            raise self.refuse(node, "check does not model a newline or a backquote inside a parameter expansion")
+        if self._double_quotes and not pattern:
+            if re.search(r'(?<!\\)(\\\\)*"', written) or "$'" in written:
+                raise self.refuse(node, "check does not model quotes inside the word of a double-quoted expansion")
+            string = self._reparsed_word(node, f'"{written}"', "string")
+            return [Piece(p.text, False, False) for p in self._string(string) if p is not BREAK]
+        marked = _mark_blanks(written)
+        if marked is None:
+            raise self.refuse(node, "check cannot read the word of this parameter expansion")
+        found = []
+        argument = self._reparsed_word(node, marked, None)
+        parts = argument.children if argument.type == "concatenation" else [argument]
+        saved, self._double_quotes = self._double_quotes, 0
+        try:
+            for index, part in enumerate(parts):
+                if part.type == "word":
+                    found.extend(_literal_pieces(text(part), split, self._tilde if index == 0 and not pattern
+                                                 else None, part))
+                else:
+                    found.extend(p for p in self._pieces(part, quoted=not split, pattern=pattern, start=False)
+                                 if p is not BREAK)
+        finally:
+            self._double_quotes = saved
+        return [Piece(p.text, False, p.active) for p in found] if pattern else found
+
+    def _reparsed_word(self, node, written: str, kind: Optional[str]):
+        """``written`` parsed as the one argument of a command; refused when it is not one word."""
+        try:
+            root = parse.parse_script(b": " + written.encode(errors="surrogateescape"), str(self.script))
+        except ReadError:
+            root = None
+        command = root.named_children[0] if root is not None and len(root.named_children) == 1 else None
+        arguments = [] if command is None or command.type != "command" else command.children_by_field_name(
+            "argument")
+        if len(arguments) != 1 or text(arguments[0]) != written or (kind and arguments[0].type != kind) or \
+                _misparsed(arguments[0]):
+            raise self.refuse(node, "check cannot read the word of this parameter expansion as one word")
+        return arguments[0]
+
 
     def _slice_all(self, node, name: str, value: _All) -> _All:
         numbers = self._bounds(node)
@@ -1136,15 +1228,20 @@ class Shell:
             items = items[:numbers[1]]
         return _All(items, value.joined)
 
-    def _transformed(self, node, value: str, operator: str, operands) -> str:
+    def _transformed(self, node, value: str, operator: str, operands, written: str) -> str:
         if operator in ("/", "//", "/#", "/%"):
-            split = next((i for i, o in enumerate(operands) if o.type == "/" and not o.is_named), len(operands))
-            pattern = [p for o in operands[:split] for p in self._pieces(o, True, pattern=True)]
-            replacement = "".join(p.text for o in operands[split + 1:] for p in self._pieces(o, True) if p is not BREAK)
-            self._known(pattern + [Piece(replacement, False, False)], node)
-            return self._bounded(words.replace(value, words.Pattern(pattern), replacement, operator), node)
+            pattern_text, slash, replacement_text = _split_replacement(written)
+            if pattern_text is None:
+                raise self.refuse(node, "check cannot find where this pattern ends")
+            pattern = self._operand_pieces(node, pattern_text, split=False, pattern=True)
+            if replacement_text.startswith("~"):
+                raise self.refuse(node, "check does not model ~ in a replacement")
+            replacement = self._operand_pieces(node, replacement_text, split=False, pattern=True)
+            self._known(pattern + replacement, node)
+            return self._bounded(words.replace(value, words.Pattern(pattern), _replacer(replacement, node, self),
+                                               operator), node)
         if operator in ("#", "##", "%", "%%"):
-            pattern = [p for o in operands if o.is_named for p in self._pieces(o, True, pattern=True)]
+            pattern = self._operand_pieces(node, written, split=False, pattern=True)
             self._known(pattern, node)
             return words.trim(value, words.Pattern(pattern), operator)
         if operator in (",,", ",", "^^", "^"):
@@ -1434,6 +1531,148 @@ def _expansions(nodes) -> list:
 
 _WORDS = {"word", "string", "raw_string", "ansi_c_string", "simple_expansion", "expansion", "concatenation",
           "command_substitution", "arithmetic_expansion", "number", "translated_string", "extglob_pattern", "regex"}
+_OPERAND_SPECIAL = " \t;&|<>(){}#"
+_OPERAND_MARKS = {character: chr(0xE000 + index) for index, character in enumerate(_OPERAND_SPECIAL)}
+_OPERAND_UNMARK = {mark: character for character, mark in _OPERAND_MARKS.items()}
+
+
+def _scan(written: str, stop: str = ""):
+    """Walk an operator's word as bash reads it inside ``${...}``: yield (index, character,
+    unquoted) for each character outside quotes, escapes and nested ``${ }``/``$( )``; ``stop``:
+    end at the first such character in it. ``ValueError`` when a quote or nesting is not closed."""
+    index, depth = 0, 0
+    while index < len(written):
+        character = written[index]
+        if character == "\\":
+            index += 2
+            continue
+        if character == "'" or written.startswith("$'", index):
+            start = index + (2 if character == "$" else 1)
+            end = start
+            while end < len(written) and written[end] != "'":
+                end += 2 if written[end] == "\\" and character == "$" else 1
+            if end >= len(written):
+                raise ValueError("an unclosed quote")
+            index = end + 1
+            continue
+        if character == '"':
+            end = index + 1
+            while end < len(written) and written[end] != '"':
+                end += 2 if written[end] == "\\" else 1
+            if end >= len(written):
+                raise ValueError("an unclosed quote")
+            index = end + 1
+            continue
+        if written.startswith(("${", "$("), index):
+            depth += 1
+            index += 2
+            continue
+        if depth and character in "})":
+            depth -= 1
+            index += 1
+            continue
+        if not depth:
+            yield index, character
+        index += 1
+    if depth:
+        raise ValueError("an unclosed ${ or $(")
+
+
+def _split_replacement(written: str) -> tuple:
+    """``${V/pattern/replacement}``'s text after the operator: (pattern, whether a / ends it,
+    replacement); (None, ...) when bash's reading of it is not found."""
+    try:
+        for index, character in _scan(written):
+            if character == "/":
+                return written[:index], True, written[index + 1:]
+    except ValueError:
+        return None, False, ""
+    return written, False, ""
+
+
+def _mark_blanks(written: str) -> Optional[str]:
+    """``written`` with its unquoted characters that would end or change a word (blanks, ``;&|<>(){}#``)
+    as private-use characters (``_OPERAND_MARKS``), so that it parses as one word."""
+    if any(mark in written for mark in _OPERAND_UNMARK):
+        return None
+    out = list(written)
+    try:
+        for index, character in _scan(written):
+            if character in _OPERAND_MARKS:
+                out[index] = _OPERAND_MARKS[character]
+    except ValueError:
+        return None
+    return "".join(out)
+
+
+def _literal_pieces(written: str, split: bool, tilde, node) -> list:
+    """A literal word of an operator's text: escaped characters literal, the rest ``split`` and
+    active; a leading ``~`` expanded by ``tilde`` when given."""
+    written = "".join(_OPERAND_UNMARK.get(character, character) for character in written)
+    found = []
+    if tilde is not None and written.startswith("~"):
+        prefix = re.match(r"~[^/\\ \t]*", written).group(0)
+        expanded = tilde(prefix, node, False)
+        if expanded != prefix:
+            found.append(Piece(expanded, False, False))
+            written = written[len(prefix):]
+    for match in re.finditer(r"\\(.)|[^\\]+|\\$", written, re.S):
+        if match.group(1) is not None:
+            found.append(Piece(match.group(1), False, False))
+        else:
+            found.append(Piece(match.group(0), split, True))
+    return found
+
+
+def _replacer(pieces: list, node, reader: Shell):
+    """bash 5.2's replacement (``patsub_replacement``): an unquoted ``&`` is the matched text, ``\\&``
+    a literal ``&``; quoted parts literal. A function of the matched text."""
+    segments: list = []
+    for piece in pieces:
+        if not piece.active:
+            segments.append(piece.text)
+            continue
+        for match in re.finditer(r"\\&|\\\\|&|[^&\\]+|\\", piece.text):
+            found = match.group(0)
+            if found == "\\\\":
+                raise reader.refuse(node, "check does not model \\\\ in an expanded replacement")
+            segments.append(None if found == "&" else "&" if found == "\\&" else found)
+    return lambda matched: "".join(matched if segment is None else segment for segment in segments)
+
+
+def _gap(before, after) -> Optional[bytes]:
+    """The source between two sibling nodes (``None`` when they are not siblings)."""
+    parent = before.parent
+    if parent is None or after.parent is None or parent != after.parent:
+        return None
+    return parent.text[before.end_byte - parent.start_byte:after.start_byte - parent.start_byte]
+
+
+def _gap_parts(gap: bytes) -> Optional[tuple]:
+    """What lies between two nodes of a command when it is only blanks, escaped blanks and
+    backslash-newlines: (escaped blanks ending the word before, whether a blank separates the
+    words, escaped blanks starting the next one); ``None`` for anything else."""
+    suffix, prefix, separate, index = "", "", False, 0
+    while index < len(gap):
+        pair = gap[index:index + 2]
+        if pair == b"\\\n":
+            index += 2
+        elif pair in (b"\\ ", b"\\\t"):
+            if separate:
+                prefix += chr(pair[1])
+            else:
+                suffix += chr(pair[1])
+            index += 2
+        elif gap[index] in b" \t":
+            if prefix:
+                return None
+            separate = True
+            index += 1
+        else:
+            return None
+    return suffix, separate, prefix
+
+
 def _only_all(node) -> bool:
     """Whether a double-quoted string is exactly ``"$@"`` or ``"${a[@]}"``, or a slice of them
     (``"${a[@]:1}"``: no empty field of its own; ``"${@:-}"`` is not one)."""

@@ -153,7 +153,8 @@ def split(pieces: Sequence[Piece], ifs: str = DEFAULT_IFS) -> list[str]:
     fields, current, have = [], "", False
     for piece in pieces:
         if piece is BREAK:
-            fields.append(current)
+            if have or current:
+                fields.append(current)
             current, have = "", False
             continue
         if not piece.split or not ifs:
@@ -339,20 +340,23 @@ def trim(value: str, pattern: Pattern, operator: str) -> str:
     return value
 
 
-def replace(value: str, pattern: Pattern, replacement: str, operator: str) -> str:
+def replace(value: str, pattern: Pattern, replacement, operator: str) -> str:
     """``${V/p/r}``, ``${V//p/r}``, ``${V/#p/r}``, ``${V/%p/r}``: the longest match at the first
-    (every) position where one starts; an empty pattern changes nothing."""
-    if not pattern.tokens:
+    (every) position where one starts; ``replacement``: a string or a function of the matched text
+    (bash 5.2's ``&``). An empty pattern changes nothing, but for ``/#`` and ``/%`` (it matches
+    the empty string at the start or the end)."""
+    make = replacement if callable(replacement) else (lambda matched: replacement)
+    if not pattern.tokens and operator not in ("/#", "/%"):
         return value
     if operator == "/#":
         for end in range(len(value), -1, -1):
             if pattern.match(value[:end]):
-                return replacement + value[end:]
+                return make(value[:end]) + value[end:]
         return value
     if operator == "/%":
         for start in range(len(value) + 1):
             if pattern.match(value[start:]):
-                return value[:start] + replacement
+                return value[:start] + make(value[start:])
         return value
     out, start = [], 0
     while start <= len(value):
@@ -362,7 +366,7 @@ def replace(value: str, pattern: Pattern, replacement: str, operator: str) -> st
                 out.append(value[start])
             start += 1
             continue
-        out.append(replacement)
+        out.append(make(value[start:end]))
         start = end
         if operator != "//":
             out.append(value[start:])
@@ -448,7 +452,7 @@ def regex(pieces: Sequence[Piece]):
             continue
         if character == "{":
             raise Unsupported("a { that starts no repetition count in a regular expression")
-        out.append(character if character in ".^$" else re.escape(character))
+        out.append({"$": r"\Z", "^": r"\A"}.get(character, character if character == "." else re.escape(character)))
         last_group = None
         index += 1
     if len(groups) > 1:
