@@ -212,7 +212,7 @@ def test_printf_d_is_bashs_or_refused(argument):
 def test_an_arithmetic_result_reaches_main_ppo_as_bash_computes_it(tmp_path):
     """End to end: ``$(( ))`` over names, indices and substring bounds, read by check's reader."""
     body = ('N=3 E="1+2"\nA=(10 20 30 40)\nV=abcdef\n'
-            f'{LAUNCH} "n=$(( -1 + 9 ))" "m=$(( E * N ))" "i=${{A[N - 1 ? 1 : 2]}}" "s=${{V:-2**2 + 5:1 ? 2 : 3}}" '
+            f'{LAUNCH} "n=$(( -1 + 9 ))" "m=$(( E * N ))" "i=${{A[N-1?1:2]}}" "s=${{V:1+1:-1+2}}" '
             '"p=$(( 2**3**2 ))" "q=$(( !N + 1 )),$(( ~N + 1 ))" "r=$(( $E * 3 ))"\n')
     path = tmp_path / "run.sh"
     path.write_text("#!/usr/bin/env bash\n" + body)

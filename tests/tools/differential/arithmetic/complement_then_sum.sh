@@ -1,5 +1,5 @@
-K=-9
-N=$(( ~K + 0 ))
+K=-3
+N=$(( ~K + 6 ))
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=reinforce_plus_plus_baseline \
     algorithm.gamma=1.0 \
