@@ -54,9 +54,13 @@ exit status (several runs: the worst of them, 2 > 3 > 1 > 0):
      a config group set to null), or a key the rules read does not resolve (an unset
      ${oc.env:...}, a missing key in an interpolation, ???)
 
-Other libraries' messages (verl's import-time warnings) are counted in one line before the
-verdict, not shown; -v shows them on the terminal. check leaves no file: what other libraries
-write to the temporary directory goes to one of its own, removed at the end."""
+check imports neither verl's Python nor torch where the installed packages settle the verdict
+(a tested verl as installed, no other plugin or VERL_USE_EXTERNAL_MODULES): verl's config files,
+Hydra and the package metadata suffice. Otherwise, and for a name that reads as ours misspelt, it
+imports verl (a few seconds) as main_ppo would. Other libraries' messages (verl's import-time
+warnings) are not shown, and mentioned in one line only when one of them is an error; -v shows
+them on the terminal. check leaves no file: what other libraries write to the temporary directory
+goes to one of its own, removed at the end."""
 
 WORST_FIRST = (2, 3, 1, 0)  # several runs: the exit status is the worst (2: a run check cannot judge)
 

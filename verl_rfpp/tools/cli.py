@@ -17,9 +17,9 @@ from verl_rfpp.tools import check as checking
 
 def _doctor(args: argparse.Namespace) -> int:
     """Report whether verl runs our estimators; exit 0 only if every piece is ours. verl's import-time
-    messages are counted in one line (``-v``: shown); ``--json`` (what ``--ray`` reads back from each
-    node) leaves them on stderr, to its caller, and prints the report as one line. Nothing of it
-    remains in the temporary directory."""
+    messages are not shown (``-v``: shown; counted in one line when one is an error); ``--json``
+    (what ``--ray`` reads back from each node) leaves them on stderr, to its caller, and prints the
+    report as one line. Nothing of it remains in the temporary directory."""
     if args.ray is not None:
         return _doctor_cluster(args)
     from verl_rfpp.tools import doctor
