@@ -286,3 +286,54 @@ def test_the_plan_runner_makes_nothing_the_record_holds(tmp_path):
     assert noisy_plan.run_plan(tmp_path / "out", record, lines.append)["runs"] == runs
     assert lines == [f"16 of 16 runs in {record}; making 0, one at a time, in {tmp_path / 'out'}"]
     assert len(list((tmp_path / "out" / "runs").glob("*/run.json"))) == 16
+
+
+def test_an_arm_pairs_methods_run_at_different_rates(tmp_path, spec):
+    """Runs marked with one ``arm`` (the own-rate SGD arm: GRPO and ours at their own rates) are
+    summarized, paired and reported together, named ``own-rate``; unmarked runs keep their lr's
+    key; ``noisy_plan.write_report`` refuses before every planned run exists."""
+    arm = "0.02 (GRPO) / 0.01 (ours)"
+
+    def marked(key, seed, flat_kl, noise, lr):
+        record = _record(key, seed, flat_kl, flat_kl, 0.0)
+        return {**record, "noise_std": noise, "lr": lr, "arm": arm}
+
+    noisy = [marked("verl_grpo", s, 1.0 + s, 0.1, 0.02) for s in (0, 1)]
+    noisy += [marked("ours_baseline", s, 0.5, 0.1, 0.01) for s in (0, 1)]
+    clean = [marked("verl_grpo", s, 0.2, 0.0, 0.02) for s in (0, 1)] + [marked("ours_baseline", s, 0.1, 0.0, 0.01)
+                                                                        for s in (0, 1)]
+    assert noisy_analysis.arm_of(noisy[0]) == arm and noisy_analysis.arm_of(_record("verl_grpo", 0, 1, 1, 1)) == "0.01"
+    noisy_report.write_noisy_report(tmp_path, noisy, spec, control=tuple(clean), written_by="`by hand`")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "own-rate-noise_free_lr0.02-grpo-0.01-ours.png", "own-rate-noisy_lr0.02-grpo-0.01-ours.png",
+        "own-rate-report.md", "own-rate-results.json"]
+    results = json.loads((tmp_path / "own-rate-results.json").read_text())
+    assert results["verdicts"][arm]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.5, 1.5])
+    # the noise's part: (GRPO - ours) noisy minus noise-free, seed by seed: 0.5 - 0.1, 1.5 - 0.1
+    assert results["noise_part"][arm]["flat_kl_from_start"]["noise_part"]["per_seed"] == pytest.approx([0.4, 1.4])
+    text = (tmp_path / "own-rate-report.md").read_text()
+    assert "each method at its own rate (lr 0.02 (GRPO) / 0.01 (ours))" in text and "Written by `by hand`:" in text
+    loaded = noisy_report.load(tmp_path / "own-rate-results.json")  # the arm kept: a report is rewritten alike
+    assert [(r["arm"], r["lr"]) for r in (*loaded[0], *loaded[1])] == [(arm, r["lr"]) for r in (*noisy, *clean)]
+    with pytest.raises(ValueError, match="0 of 16 own-rate runs exist: no report"):
+        noisy_plan.write_report(tmp_path / "x", {"runs": []}, {"runs": []}, spec)
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_committed_own_rate_record_holds_planned_runs_only():
+    """docs/curves/noisy/sgd-own-rate-runs.json: the own-rate runs finished so far, each a planned
+    cell once, at its method's own rate with SGD, 40 steps, the design's settings, its weights
+    digest and the metrics results.json keeps; noise-free ones before any noisy one (the plan's
+    order). No metric value of a noisy run is read here."""
+    path = DOCS / "sgd-own-rate-runs.json"
+    if not path.exists():
+        pytest.skip("no own-rate run has finished yet")
+    saved = json.loads(path.read_text())
+    cells = [(r["method"]["key"], r["noise_std"], r["seed"]) for r in saved["runs"]]
+    assert cells == noisy_plan.plan()[:len(cells)]  # in the plan's order, each once
+    assert saved["rates"] == noisy_plan.OWN_RATES and [tuple(c) for c in saved["plan"]] == noisy_plan.plan()
+    for record in saved["runs"]:
+        assert (record["optimizer"], record["lr"], record["steps"], record["design"]) == \
+            ("sgd", noisy_plan.OWN_RATES[record["method"]["key"]], 40, noisy_task.SEPARATE.key)
+        assert set(record["metrics"]) <= set(noisy_report.KEPT) and set(noisy_task.METRICS) <= set(record["metrics"])
+        assert len(record["weights_sha256"]) == 64 and "arm" not in record

@@ -83,19 +83,25 @@ def prompt_blind_quality(spec: dict) -> float:
     return max(mean([row["quality"][token] for row in rows]) for token in range(len(rows[0]["quality"])))
 
 
-def group(records: list[dict]) -> dict[float, dict[str, list[dict]]]:
-    """``{lr: {method key: [records by seed]}}``."""
-    grouped: dict[float, dict[str, list[dict]]] = {}
+def arm_of(record: dict) -> str:
+    """The key a run is grouped and paired under: ``str(lr)``, or its ``arm`` where the methods
+    compared ran at different rates (the own-rate SGD arm, ``noisy_plan.arm``)."""
+    return record.get("arm") or str(record["lr"])
+
+
+def group(records: list[dict]) -> dict[str, dict[str, list[dict]]]:
+    """``{arm (str(lr)): {method key: [records by seed]}}``."""
+    grouped: dict[str, dict[str, list[dict]]] = {}
     for record in sorted(records, key=lambda r: r["seed"]):
-        grouped.setdefault(record["lr"], {}).setdefault(record["method"]["key"], []).append(record)
+        grouped.setdefault(arm_of(record), {}).setdefault(record["method"]["key"], []).append(record)
     return grouped
 
 
-def group_noise(records: list[dict]) -> dict[tuple[float, float], dict[str, list[dict]]]:
-    """``{(lr, noise_std): {method key: [records by seed]}}``."""
-    grouped: dict[tuple[float, float], dict[str, list[dict]]] = {}
+def group_noise(records: list[dict]) -> dict[tuple[str, float], dict[str, list[dict]]]:
+    """``{(arm (str(lr)), noise_std): {method key: [records by seed]}}``."""
+    grouped: dict[tuple[str, float], dict[str, list[dict]]] = {}
     for record in sorted(records, key=lambda r: r["seed"]):
-        by_method = grouped.setdefault((record["lr"], record["noise_std"]), {})
+        by_method = grouped.setdefault((arm_of(record), record["noise_std"]), {})
         by_method.setdefault(record["method"]["key"], []).append(record)
     return grouped
 
@@ -108,7 +114,7 @@ def summarize_noisy(records: list[dict], start: dict[str, float]) -> dict[str, d
     advantages' rms on flat and informative rows and the sampled noise std."""
     table: dict[str, dict[str, dict]] = {}
     for lr, methods in group(records).items():
-        table[str(lr)] = {}
+        table[lr] = {}
         for key, runs in methods.items():
             row: dict = {"label": runs[0]["method"]["label"], "seeds": [r["seed"] for r in runs],
                          "seconds": mean([r["seconds"] for r in runs]), "proof": sorted({r["proof"] for r in runs})}
@@ -133,7 +139,7 @@ def summarize_noisy(records: list[dict], start: dict[str, float]) -> dict[str, d
                     ends[name] = [mean(series(r, P + name)[-WINDOW:]) for r in runs]
             for name, values in ends.items():
                 row[name] = {"mean": mean(values), "std": std(values), "per_seed": values}
-            table[str(lr)][key] = row
+            table[lr][key] = row
     return table
 
 
@@ -276,13 +282,13 @@ def matched(records: list[dict], levels: tuple[float, ...] = LEVELS) -> dict:
             continue
         by_seed = {key: {r["seed"]: r for r in methods[key]} for key in (GRPO, OURS)}
         seeds = sorted(set(by_seed[GRPO]) & set(by_seed[OURS]))
-        out[str(lr)] = {}
+        out[lr] = {}
         for level in levels:
             steps = {key: {s: first_reaching(by_seed[key][s], level) for s in seeds} for key in (GRPO, OURS)}
             both = [s for s in seeds if steps[GRPO][s] is not None and steps[OURS][s] is not None]
             kl = {key: [at_step(by_seed[key][s], P + "flat_kl_from_start", steps[key][s]) for s in both]
                   for key in (GRPO, OURS)}
-            out[str(lr)][f"{level:g}"] = {
+            out[lr][f"{level:g}"] = {
                 "seeds": both, "not_reached": [s for s in seeds if s not in both],
                 "steps": {key: [steps[key][s] for s in both] for key in (GRPO, OURS)},
                 "flat_kl_from_start": kl, "difference": paired(kl[GRPO], kl[OURS])}
@@ -304,7 +310,7 @@ def matched_noise_part(records: list[dict], control: list[dict], levels: tuple[f
         seeds = sorted(set.intersection(*(set(by_seed) for by_seed in runs.values())))
         if not seeds:
             continue
-        out[str(lr)] = {}
+        out[lr] = {}
         for level in levels:
             steps = {cell: {s: first_reaching(by_seed[s], level) for s in seeds} for cell, by_seed in runs.items()}
             both = [s for s in seeds if all(steps[cell][s] is not None for cell in runs)]
@@ -316,7 +322,7 @@ def matched_noise_part(records: list[dict], control: list[dict], levels: tuple[f
                 diff = {kind: [g - o for g, o in zip(by_cell[(GRPO, kind)], by_cell[(OURS, kind)], strict=True)]
                         for kind in ("noisy", "clean")}
                 cell_out[name] = paired(diff["noisy"], diff["clean"])
-            out[str(lr)][f"{level:g}"] = cell_out
+            out[lr][f"{level:g}"] = cell_out
     return out
 
 

@@ -26,7 +26,7 @@ from typing import Callable, Optional
 
 from verl_rfpp.curves import noisy_task
 from verl_rfpp.curves.noisy_analysis import GRPO, LEARNED, OURS, WINDOW, P
-from verl_rfpp.curves.noisy_runs import NOISE_STD, methods_of, restore, train_one
+from verl_rfpp.curves.noisy_runs import NOISE_STD, assets_dir, methods_of, restore, train_one
 from verl_rfpp.curves.series import mean, series
 
 DESIGN = noisy_task.SEPARATE
@@ -66,6 +66,34 @@ def plan() -> list[tuple[str, float, int]]:
 def reused(results: dict) -> list[dict]:
     """Our baseline's committed shared-rate runs, which the own-rate arm reuses (same rate)."""
     return [r for r in results["runs"] if r["method"]["key"] == OURS and r["lr"] == OWN_RATES[OURS]]
+
+
+def arm() -> str:
+    """The own-rate arm's key (``noisy_analysis.arm_of``): each method's rate, named."""
+    return f"{OWN_RATES[GRPO]:g} (GRPO) / {OWN_RATES[OURS]:g} (ours)"
+
+
+def arm_records(record: dict, shared: dict) -> tuple[list[dict], list[dict]]:
+    """The own-rate arm's noisy runs and its noise-free ones: GRPO's from the record, ours reused
+    from the shared-rate results, each marked with ``arm()`` so the analysis pairs them."""
+    runs = [{**r, "arm": arm()} for r in (*record["runs"], *reused(shared))]
+    return [r for r in runs if r["noise_std"] == NOISE_STD], [r for r in runs if r["noise_std"] == 0]
+
+
+def write_report(out: Path, record: dict, shared: dict, spec: dict) -> None:
+    """The own-rate arm's report, results and plots in ``out`` (``noisy_report.write_noisy_report``,
+    named ``sgd-own-rate-*``); refused until every planned run is in the record."""
+    from verl_rfpp.curves.noisy_report import write_noisy_report
+
+    missing = sorted(set(plan()) - {_cell(r) for r in record["runs"]})
+    if missing:
+        raise ValueError(f"{len(plan()) - len(missing)} of {len(plan())} own-rate runs exist: no report (no metric "
+                         f"of a noisy run is read) before all do; missing {missing}")
+    noisy, clean = arm_records(record, shared)
+    write_noisy_report(out, noisy, spec, control=tuple(clean),
+                       written_by=f"`python -m {__name__} --out DIR --record {RECORD.name} --report OUT` from the "
+                                  f"record's runs and our REINFORCE++-baseline's shared-rate runs at "
+                                  f"{OWN_RATES[OURS]:g} ({SHARED_RESULTS.name})")
 
 
 def _cell(record: dict) -> tuple[str, float, int]:
@@ -118,12 +146,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="where the runs are made (outside the repository)")
     parser.add_argument("--record", type=Path, default=RECORD, help=f"the record of finished runs (default {RECORD})")
     parser.add_argument("--limit", type=int, help="make at most this many runs")
+    parser.add_argument("--report", type=Path, help="once every planned run exists: write the arm's report here")
     args = parser.parse_args(argv)
     rates = own_rates(json.loads(SHARED_RESULTS.read_text()))
     if rates != OWN_RATES:
         print(f"the committed rates {OWN_RATES} are not the criterion's {rates}", file=sys.stderr)
         return 2
-    run_plan(args.out, args.record, lambda line: print(line, flush=True), limit=args.limit)
+    record = run_plan(args.out, args.record, lambda line: print(line, flush=True), limit=args.limit)
+    if args.report:
+        spec = noisy_task.build_assets(assets_dir(args.out, DESIGN), DESIGN)
+        try:
+            write_report(args.report, record, json.loads(SHARED_RESULTS.read_text()), spec)
+        except ValueError as error:
+            print(error, file=sys.stderr)
+            return 2
+        print(f"written: {args.report}")
     return 0
 
 

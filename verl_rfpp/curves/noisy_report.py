@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from verl_rfpp.curves import noisy_task
@@ -26,6 +27,7 @@ from verl_rfpp.curves.noisy_analysis import (
     TWIN_NOTE,
     WINDOW,
     P,
+    arm_of,
     best_quality,
     channels,
     group,
@@ -54,12 +56,30 @@ LABELS = {"flat_entropy_drop": "flat entropy drop (nats)", "flat_kl_from_start":
           "informative_adv_rms": "informative advantage rms"}
 
 
-def output_name(design: str, name: str, optimizer: str = "adamw") -> str:
+OWN_RATE = "own-rate"  # the file names' part for runs paired across rates (an ``arm``, ``noisy_analysis.arm_of``)
+
+
+def output_name(design: str, name: str, optimizer: str = "adamw", armed: bool = False) -> str:
     """The name under ``--out`` of a file the ``design`` writes with ``optimizer``: the separate
     design's AdamW runs' as named, another design's prefixed with its key, another optimizer's
-    with its name (``shared-report.md``, ``sgd-report.md``), so one ``--out`` holds them all."""
-    parts = [*([design] if design != noisy_task.SEPARATE.key else []), *([optimizer] if optimizer != "adamw" else [])]
+    with its name, runs paired across rates (``armed``) with ``OWN_RATE`` (``shared-report.md``,
+    ``sgd-report.md``, ``sgd-own-rate-report.md``), so one ``--out`` holds them all."""
+    parts = [*([design] if design != noisy_task.SEPARATE.key else []), *([optimizer] if optimizer != "adamw" else []),
+             *([OWN_RATE] if armed else [])]
     return "-".join([*parts, name])
+
+
+def armed(records: list[dict]) -> bool:
+    """Whether ``records`` pair methods run at different rates (each carries its ``arm``)."""
+    return any("arm" in r for r in records)
+
+
+def lr_name(key: str) -> str:
+    """An arm key as a file name's part: a rate as ``:g`` writes it, else its letters and digits."""
+    try:
+        return f"{float(key):g}"
+    except ValueError:
+        return re.sub(r"[^0-9a-z.]+", "-", key.lower()).strip("-")
 
 
 def noisy_plots(out: Path, records: list[dict], start: dict[str, float], best: float, blind: float,
@@ -95,10 +115,10 @@ def noisy_plots(out: Path, records: list[dict], start: dict[str, float], best: f
                 axis.set_ylim(bottom=0)
             axis.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
-        figure.suptitle(f"reward noise N(0, {noise:g}^2), lr {lr:g}: line mean over seeds, band min..max", fontsize=10)
+        figure.suptitle(f"reward noise N(0, {noise:g}^2), lr {lr}: line mean over seeds, band min..max", fontsize=10)
         figure.tight_layout()
-        path = out / output_name(design, f"noisy_lr{lr:g}.png" if noise else f"noise_free_lr{lr:g}.png",
-                                 optimizer_of(records[0]))
+        path = out / output_name(design, f"noisy_lr{lr_name(lr)}.png" if noise else f"noise_free_lr{lr_name(lr)}.png",
+                                 optimizer_of(records[0]), armed(records))
         figure.savefig(path, dpi=110)
         plt.close(figure)
         written.append(path)
@@ -490,7 +510,7 @@ def _gap_table(records: list[dict], title: str) -> list[str]:
     steps = [s for s in GAP_STEPS if s <= records[0]["steps"]]
     lines = [f"| {title} | " + " | ".join(f"step {s}" for s in steps) + " |",
              "| --- |" + " --- |" * len(steps)]
-    for runs in group(records)[records[0]["lr"]].values():
+    for runs in group(records)[arm_of(records[0])].values():
         cells = []
         for step in steps:
             values = [series(r, P + "flat_informative_tv")[step - 1] for r in runs]
@@ -566,7 +586,7 @@ def command_line(design: str, records: list[dict], control: tuple[dict, ...] = (
 def _runs_phrase(records: list[dict]) -> str:
     """"verl GRPO, ours REINFORCE++-baseline x 8 seeds, verl REINFORCE++-baseline x 5 seeds"."""
     counts: dict[int, list[str]] = {}
-    for runs in group(records)[records[0]["lr"]].values():
+    for runs in group(records)[arm_of(records[0])].values():
         counts.setdefault(len(runs), []).append(runs[0]["method"]["label"])
     return ", ".join(f"{' and '.join(labels)} x {n} seeds" for n, labels in sorted(counts.items(), reverse=True))
 
@@ -587,7 +607,8 @@ PROBES = (
     "samples: the noise verl saw).")
 
 
-def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...] = ()) -> str:
+def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...] = (),
+                      written_by: str = "") -> str:
     """report.md's generated part: the verdict, what the noise caused, matched progress, the
     caveats, the bandit compared claim by claim, the task, per lr the summary table and every
     paired difference, the noise-free control, the flat-informative gap per step, which estimator
@@ -601,17 +622,20 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
     moved = channels(table)
     table_lrs = sorted(table)
     steps, noise, optimizer = records[0]["steps"], records[0]["noise_std"], optimizer_of(records[0])
-    named = "" if optimizer == "adamw" else f", {noisy_task.OPTIMIZER_LABEL[optimizer]}" + (
-        f", one shared rate for every method (lr {table_lrs[0]})" if len(table_lrs) == 1 else "")
+    rates = sorted({r["lr"] for r in (*records, *control)})
+    named = ("" if optimizer == "adamw" else f", {noisy_task.OPTIMIZER_LABEL[optimizer]}") + (
+        f", each method at its own rate (lr {', '.join(table_lrs)})" if armed(records) else
+        f", one shared rate for every method (lr {rates[0]:g})" if optimizer != "adamw" and len(rates) == 1 else "")
     lines = [
         f"# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU): design `{spec['design']}`"
         + named,
         "",
-        f"Written by {command_line(spec['design'], records, control)} in one DIR: {_runs_phrase(records)}, "
+        f"Written by {written_by or command_line(spec['design'], records, control) + ' in one DIR'}: "
+        f"{_runs_phrase(records)}, "
         f"{steps} steps at lr {', '.join(sorted(table))} of verl 0.9.1's v1 trainer on the CPU "
         "backend ([docs/cpu-backend.md](../../cpu-backend.md)), with reward noise and without. Every number here "
         f"was read back from verl's `tensorboard` logger's event files. Schema of "
-        f"`{output_name(spec['design'], 'results.json', optimizer)}`: "
+        f"`{output_name(spec['design'], 'results.json', optimizer, armed(records))}`: "
         "[schema.md](schema.md).",
         "",
     ]
@@ -662,7 +686,7 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
                 lines += ["", "Control, ours minus verl's REINFORCE++-baseline, paired by seed (seeds "
                           f"{v['control']['flat_kl_from_start']['seeds']}; the same method, two implementations):"]
                 lines += [f"- {LABELS[name]}: {_diff(v['control'][name])}" for name in NOISE_MEASURES]
-        picture = output_name(spec["design"], f"noisy_lr{float(lr):g}.png", optimizer)
+        picture = output_name(spec["design"], f"noisy_lr{lr_name(lr)}.png", optimizer, armed(records))
         lines += ["", f"![noisy rewards at lr {lr}]({picture})", ""]
     if control:
         lines += ["## Noise-free control", "",
@@ -684,7 +708,7 @@ def noisy_report_text(records: list[dict], spec: dict, control: tuple[dict, ...]
             for key, cell in effect.get(lr, {}).items():
                 lines.append(f"{rows[key]['label']}, noisy minus noise-free (seeds {cell['seeds']}):")
                 lines += [f"- {LABELS[name]}: {_diff(cell[name])}" for name in NOISE_MEASURES] + [""]
-            picture = output_name(spec["design"], f"noise_free_lr{float(lr):g}.png", optimizer)
+            picture = output_name(spec["design"], f"noise_free_lr{lr_name(lr)}.png", optimizer, armed(records))
             lines += [f"![noise-free control at lr {lr}]({picture})", ""]
         lines += ["The flat prompts' answer distributions against the informative ones' (flat-informative gap, "
                   "mean (min..max) over seeds), step by step:", ""]
@@ -737,16 +761,16 @@ def load(path: Path) -> tuple[list[dict], tuple[dict, ...]]:
 
 
 def write_noisy_report(out: Path, records: list[dict], spec: dict, notes: str = "",
-                       control: tuple[dict, ...] = ()) -> None:
+                       control: tuple[dict, ...] = (), written_by: str = "") -> None:
     """results.json, one plot per lr and noise level and report.md (``notes`` appended), named by
     ``output_name``."""
     out.mkdir(parents=True, exist_ok=True)
     design = spec["design"]
     start = initial(spec)
     optimizer = optimizer_of(records[0])
-    (out / output_name(design, "results.json", optimizer)).write_text(
+    (out / output_name(design, "results.json", optimizer, armed(records))).write_text(
         json.dumps(results(records, spec, control), indent=1))
     noisy_plots(out, [*records, *control], start, best_quality(spec), prompt_blind_quality(spec), design)
-    text = noisy_report_text(records, spec, control)
-    (out / output_name(design, "report.md", optimizer)).write_text(
+    text = noisy_report_text(records, spec, control, written_by)
+    (out / output_name(design, "report.md", optimizer, armed(records))).write_text(
         text + (("\n" + notes.strip() + "\n") if notes else ""))
