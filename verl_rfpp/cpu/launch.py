@@ -737,7 +737,9 @@ def run(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False, ech
     Every step's metrics end in ``out_dir/metrics.jsonl`` and ``timing.jsonl`` (``write_metrics``).
     Nothing of the run outlives the calling process (``guard``: killed, however it ends; its line
     in ``out_dir/guard.log``). A Ray worker of the run that ends while verl trains is
-    ``result.death``; verl has ``WORKER_GRACE_S`` to stop, then the run is killed (``_watch_workers``)."""
+    ``result.death``; verl has ``WORKER_GRACE_S`` to stop, then the run is killed (``_watch_workers``);
+    a run without progress for ``stall_s`` once its workers are up is killed too, the process it
+    waits on its ``result.death``. Each checkpoint verl records gets its manifest (``Manifests``)."""
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     with guard.Guard(out_dir / GUARD_LOG) as watch:
