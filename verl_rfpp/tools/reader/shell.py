@@ -202,6 +202,11 @@ class Shell:
         for index, node in enumerate(nodes):
             if not node.is_named or node.type in ("comment", "heredoc_body"):
                 continue
+            following = nodes[index + 1] if index + 1 < len(nodes) else None
+            if following is not None and following.is_named and following.type not in ("comment", "heredoc_body") \
+                    and _gap_parts(_gap(node, following) if _gap(node, following) is not None else b"?") is not None:
+                raise self.refuse(node, "tree-sitter-bash ends this statement inside a word (an escaped character "
+                                        "after a quote, a backslash-newline); bash goes on")
             if index + 1 < len(nodes) and nodes[index + 1].type == "&":
                 self.in_subshell(lambda node=node: self._statement(node))
                 self.status = 0
@@ -597,8 +602,9 @@ class Shell:
 
     def _simple_command(self, node, children: list) -> Status:
         assignments, arguments = [], []
-        for (child, _), (following, _) in zip(children, children[1:]):
-            parts = _gap_parts(_gap(child, following) or b"?") if child.type == "variable_assignment" else None
+        for (child, _), (following, _) in zip(children, children[1:], strict=False):
+            gap = _gap(child, following) if child.type == "variable_assignment" else None
+            parts = None if gap is None else _gap_parts(gap)
             if parts is not None and (parts[0] or not parts[1]):
                 raise self.refuse(child, "tree-sitter-bash ends this assignment's word where bash goes on")
         for child, role in children:
@@ -637,6 +643,7 @@ class Shell:
                         name in self.state.readonly or any(c.type == "+=" for c in child.children):
                     raise self.refuse(child, f"check does not model this assignment to {name}")
                 value = child.child_by_field_name("value")
+                _whole_value(self, child, value)
                 prefix[name] = self._one(value, assignment=True) if value is not None else ""
                 saved.setdefault(name, self.variables.get(name))
                 self.variables[name] = prefix[name]
@@ -789,6 +796,8 @@ class Shell:
             parts = None if gap is None else _gap_parts(gap)
             if gap is not None and parts is None and re.search(rb"\\[ \t]", gap):
                 raise self.refuse(node, "check does not model an escaped blank here")
+            if parts is not None and not parts[1] and b"\\\n" in gap and re.search(r"\$\w*$", text(previous)):
+                raise self.refuse(node, "a backslash-newline after a $NAME (bash joins the name with what follows)")
             if parts is None:
                 groups.append([node])
             else:
@@ -866,6 +875,8 @@ class Shell:
         if kind == "concatenation":
             found = []
             for index, child in enumerate(node.children):
+                if index:
+                    found.extend(self._joined_gap(node.children[index - 1], child))
                 found.extend(self._pieces(child, quoted, pattern, assignment, start and index == 0))
             return found
         if kind in ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion"):
@@ -874,6 +885,17 @@ class Shell:
                 return [piece if piece is BREAK else Piece(piece.text, piece.split, True) for piece in found]
             return found
         raise self.refuse(node, f"check does not evaluate bash's {kind.replace('_', ' ')}")
+
+    def _joined_gap(self, before, after) -> list:
+        """What tree-sitter-bash leaves out between two parts of one word: escaped blanks (literal
+        pieces) and backslash-newlines (nothing); anything else is refused."""
+        gap = _gap(before, after)
+        if not gap:
+            return []
+        parts = _gap_parts(gap)
+        if parts is None or parts[1]:
+            raise self.refuse(after, "tree-sitter-bash leaves part of this word out")
+        return [Piece(parts[0] + parts[2], False, False)] * bool(parts[0] + parts[2])
 
     def _as_word(self, node):
         """A pattern tree-sitter-bash leaves as raw text (``${X#$P}``), parsed again as one word."""
@@ -890,7 +912,7 @@ class Shell:
             name = node.named_children[-1]
             if name.type == "variable_name" and re.match(r"[@*#?$!-]", text(name)):
                 raise self.refuse(node, "tree-sitter-bash misreads a special parameter followed by a word")
-            if name.type == "variable_name" and text(name).isdigit() and len(text(name)) > 1:
+            if name.type == "variable_name" and text(name)[0].isdigit() and len(text(name)) > 1:
                 first = self.positional[0] if self.positional else self._unset("1", strict=True)
                 return [Piece(first + text(name)[1:], not quoted, not quoted)]  # $10 is ${1}0
             return self._value_pieces(self._lookup(name, strict=True), quoted, node)
@@ -955,6 +977,10 @@ class Shell:
             if child.type == "string_content":
                 pieces.append(Piece(words.unescape_double(text(child)), False, False))
             else:
+                written = text(child)
+                lead = written[:len(written) - len(written.lstrip(" \t\n"))]
+                if lead:  # tree-sitter-bash puts blanks before an expansion into its ${ token
+                    pieces.append(Piece(lead, False, False))
                 pieces.extend(self._pieces(child, quoted=True))
             position = child.end_byte
         if node.end_byte - 1 > position:
@@ -1110,6 +1136,8 @@ class Shell:
             raise self.refuse(node, "check does not evaluate this expansion of a list")
         if self.is_unknown(value):
             return [Piece(self.unknown(node), not quoted, not quoted)]
+        if operator in ("/", "//", "/#", "/%") and not self._is_set(target):
+            return [Piece("", not quoted, not quoted)]  # bash substitutes nothing in an unset value
         return [Piece(self._transformed(node, value, operator, operands, written), not quoted, not quoted)]
 
     def _length_unset(self, target, node) -> None:
@@ -1175,7 +1203,7 @@ class Shell:
         if "\n" in written or "`" in written:
             raise self.refuse(node, "check does not model a newline or a backquote inside a parameter expansion")
         if self._double_quotes and not pattern:
-            if re.search(r'(?<!\\)(\\\\)*"', written) or "$'" in written:
+            if re.search(r'(?<!\\)(\\\\)*"', written) or "$'" in written or re.search(r'\\[^$`"\\}]', written):
                 raise self.refuse(node, "check does not model quotes inside the word of a double-quoted expansion")
             string = self._reparsed_word(node, f'"{written}"', "string")
             return [Piece(p.text, False, False) for p in self._string(string) if p is not BREAK]
@@ -1452,6 +1480,7 @@ class Shell:
         global even where a caller's ``local`` shadows it (that local keeps its value)."""
         name_node = node.child_by_field_name("name")
         value_node = node.child_by_field_name("value")
+        _whole_value(self, node, value_node)
         if name_node.type == "subscript":
             raise self.refuse(node, "check does not evaluate assignments to array elements")
         name = text(name_node)
@@ -1638,6 +1667,15 @@ def _replacer(pieces: list, node, reader: Shell):
                 raise reader.refuse(node, "check does not model \\\\ in an expanded replacement")
             segments.append(None if found == "&" else "&" if found == "\\&" else found)
     return lambda matched: "".join(matched if segment is None else segment for segment in segments)
+
+
+def _whole_value(reader: Shell, node, value) -> None:
+    """Refuse an assignment whose value tree-sitter-bash starts after a part of it (``A=\\<tab>"x"``)."""
+    if value is None:
+        return
+    operator = next((child for child in node.children if child.type in ("=", "+=")), None)
+    if operator is not None and operator.end_byte != value.start_byte:
+        raise reader.refuse(node, "tree-sitter-bash leaves part of this assignment's value out")
 
 
 def _gap(before, after) -> Optional[bytes]:

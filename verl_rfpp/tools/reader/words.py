@@ -148,29 +148,35 @@ def unescape_double(text: str) -> str:
 
 
 def split(pieces: Sequence[Piece], ifs: str = DEFAULT_IFS) -> list[str]:
-    """bash's word splitting of one word's pieces, for an IFS of blanks (the default) or empty
-    (no splitting); ``Unsupported`` for an IFS with other characters when a piece is split."""
-    fields, current, have = [], "", False
+    """bash's word splitting of one word's pieces (POSIX's rules): IFS's blanks (space, tab,
+    newline) separate fields and are trimmed, each other IFS character ends a field (an empty one
+    between two of them), together with the blanks around it; an empty IFS splits nothing. A
+    field empty and unquoted is dropped."""
+    fields, current, have, after_blank = [], "", False, False
     for piece in pieces:
         if piece is BREAK:
             if have or current:
                 fields.append(current)
-            current, have = "", False
+            current, have, after_blank = "", False, False
             continue
         if not piece.split or not ifs:
             current += piece.text
             have = have or not piece.split or bool(piece.text)
+            after_blank = after_blank and not piece.text and piece.split
             continue
-        if piece.text and any(character not in DEFAULT_IFS for character in ifs):
-            raise Unsupported(f"word splitting with IFS={ifs!r}")
         for character in piece.text:
-            if character in ifs:
+            if character in ifs and character in DEFAULT_IFS:
                 if have or current:
                     fields.append(current)
+                    after_blank = True
                 current, have = "", False
+            elif character in ifs:
+                if not after_blank:
+                    fields.append(current)
+                current, have, after_blank = "", False, False
             else:
                 current += character
-                have = True
+                have, after_blank = True, False
     if have or current:
         fields.append(current)
     return fields

@@ -1,0 +1,3 @@
+# expect: refused
+C=$'x'\*
+rec "$C"

@@ -1,0 +1,2 @@
+# expect: refused
+rec "${U-\x}"

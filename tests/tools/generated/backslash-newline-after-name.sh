@@ -1,0 +1,4 @@
+# expect: refused
+A=v
+rec x$A\
+y

@@ -1,0 +1,6 @@
+# expect: exact
+A=v
+rec a\
+b x${A}\
+y "c\
+d"

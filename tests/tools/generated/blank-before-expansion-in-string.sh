@@ -1,0 +1,3 @@
+# expect: exact
+C=c
+rec "	${C}" " ${C}x" "a  $C"

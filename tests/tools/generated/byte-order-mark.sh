@@ -1,0 +1,3 @@
+﻿# expect: refused
+A=1
+rec "$A"

@@ -1,0 +1,3 @@
+# args: p
+# expect: exact
+rec $1z $10

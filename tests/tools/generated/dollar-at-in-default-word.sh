@@ -1,0 +1,3 @@
+# args: 'a b'
+# expect: refused
+rec ${U:-x"$@"y}

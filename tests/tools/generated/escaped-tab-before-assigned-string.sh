@@ -1,0 +1,3 @@
+# expect: refused
+A=\	"~="
+rec "${R[*]}"${A}

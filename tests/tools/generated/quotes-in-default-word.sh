@@ -1,0 +1,2 @@
+# expect: exact
+rec "${U:-'x y'}" ${U:-'x y'} ${U-\x} "${U-\$}"

@@ -1,0 +1,2 @@
+# expect: exact
+rec $*9

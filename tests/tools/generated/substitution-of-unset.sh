@@ -1,0 +1,3 @@
+# expect: exact
+E=
+rec "${U/#/-}" ${U/%/x} "${E/#/-}" "${U//a/b}"

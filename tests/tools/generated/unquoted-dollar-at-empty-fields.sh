@@ -1,0 +1,3 @@
+# args: '	' ' @.:]*' ''
+# expect: exact
+rec $* zx${@} "$@"
