@@ -442,8 +442,8 @@ def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, 
                      f"{max(noisy_kls):.2f} with noise |")
     if OURS in effect:
         moved = effect[OURS]["flat_kl_from_start"]
-        lines.append(f"| the noise barely moves the baseline's flat prompts | {BANDIT['baseline']} | the noise moved "
-                     f"them in {_count(moved, 1)}: flat KL, noisy minus noise-free, {_interval(moved, 2)} |")
+        lines.append(f"| the noise barely moves the baseline's flat prompts | {BANDIT['baseline']} | flat KL, noisy "
+                     f"minus noise-free, {_interval(moved, 2)}, higher with noise in {_count(moved, 1)} |")
     head = part.get("answers", {})
     noise_flat = (f"; the noise's part, **{head['flat_moved_more']}**: "
                   f"{_interval(part['flat_kl_from_start']['noise_part'], 2)}" if part else "")
