@@ -204,6 +204,16 @@ def test_paired_statistics_by_hand():
     assert stats.t_interval([0.5]) == []
     with pytest.raises(ValueError, match="level 1"):
         stats.t_quantile(1, 3)
+    # the exact percentile bootstrap against every one of the n^n ordered resamples, each of weight n^-n
+    import itertools
+
+    for diffs in ([0.3, -1.2, 2.5, 0.7], [-0.36, -0.715, -0.445, 0.388, -0.867]):
+        n = len(diffs)
+        means = sorted(sum(diffs[i] for i in pick) / n for pick in itertools.product(range(n), repeat=n))
+        # the smallest mean whose cumulative share reaches 2.5% and 97.5%: the ceil(q n^n)-th of the sorted means
+        expected = [means[math.ceil(q * n ** n) - 1] for q in (0.025, 0.975)]
+        assert stats.bootstrap_interval(diffs) == pytest.approx(expected, rel=1e-12)
+    assert stats.bootstrap_interval([0.5]) == []
     result = stats.paired([1.0, 2.0, 3.0], [0.5, 2.5, 1.0])
     assert result["per_seed"] == [0.5, -0.5, 2.0] and (result["positive"], result["negative"]) == (2, 1)
     assert result["diff_mean"] == pytest.approx(2 / 3) and result["sign_test_p"] == 1.0

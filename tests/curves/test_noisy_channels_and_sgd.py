@@ -303,17 +303,17 @@ def test_an_arm_pairs_methods_run_at_different_rates(tmp_path, spec):
     clean = [marked("verl_grpo", s, 0.2, 0.0, 0.02) for s in (0, 1)] + [marked("ours_baseline", s, 0.1, 0.0, 0.01)
                                                                         for s in (0, 1)]
     assert noisy_analysis.arm_of(noisy[0]) == arm and noisy_analysis.arm_of(_record("verl_grpo", 0, 1, 1, 1)) == "0.01"
-    noisy_report.write_noisy_report(tmp_path, noisy, spec, control=tuple(clean), written_by="`by hand`")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "own-rate-noise_free_lr0.02-grpo-0.01-ours.png", "own-rate-noisy_lr0.02-grpo-0.01-ours.png",
-        "own-rate-report.md", "own-rate-results.json"]
-    results = json.loads((tmp_path / "own-rate-results.json").read_text())
+    assert noisy_report.output_name("separate", "report.md", "sgd", armed=True) == "sgd-own-rate-report.md"
+    assert noisy_report.lr_name(arm) == "0.02-grpo-0.01-ours" and noisy_report.lr_name("0.15") == "0.15"
+    results = json.loads(json.dumps(noisy_report.results(noisy, spec, tuple(clean))))  # no plots: the suite stays fast
     assert results["verdicts"][arm]["flat_kl_from_start"]["per_seed"] == pytest.approx([0.5, 1.5])
     # the noise's part: (GRPO - ours) noisy minus noise-free, seed by seed: 0.5 - 0.1, 1.5 - 0.1
     assert results["noise_part"][arm]["flat_kl_from_start"]["noise_part"]["per_seed"] == pytest.approx([0.4, 1.4])
-    text = (tmp_path / "own-rate-report.md").read_text()
+    text = noisy_report.noisy_report_text(noisy, spec, tuple(clean), written_by="`by hand`")
     assert "each method at its own rate (lr 0.02 (GRPO) / 0.01 (ours))" in text and "Written by `by hand`:" in text
-    loaded = noisy_report.load(tmp_path / "own-rate-results.json")  # the arm kept: a report is rewritten alike
+    assert "![noisy rewards at lr 0.02 (GRPO) / 0.01 (ours)](own-rate-noisy_lr0.02-grpo-0.01-ours.png)" in text
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    loaded = noisy_report.load(tmp_path / "results.json")  # the arm kept: a report is rewritten alike
     assert [(r["arm"], r["lr"]) for r in (*loaded[0], *loaded[1])] == [(arm, r["lr"]) for r in (*noisy, *clean)]
     with pytest.raises(ValueError, match="0 of 16 own-rate runs exist: no report"):
         noisy_plan.write_report(tmp_path / "x", {"runs": []}, {"runs": []}, spec)

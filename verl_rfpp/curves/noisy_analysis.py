@@ -6,6 +6,7 @@ the flat prompts' movement at matched progress."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Optional
 
 from verl_rfpp.curves import noisy_task
@@ -58,8 +59,9 @@ CLAIM = {claim.key: claim for claim in CLAIMS}
 # endpoint at the end. Every other p in the reports is exploratory.
 PRIMARY = tuple(CLAIM[key].measure for key in CONSEQUENCES)
 RULE_COMMIT = "db27e9c"  # the commit that added "against" and the headline on the noise's part
-AGAINST = 7 / 8  # "against": the opposite sign in at least this share of the seeds (7 of 8), and the t-interval
-#                  excluding 0 on that side; fixed before the own-rate SGD runs (issue 52)
+# "against": the opposite sign in at least this share of the seeds (7 of 8), and the t-interval excluding 0 on
+# that side; fixed before the own-rate SGD runs (issue 52)
+AGAINST = Fraction(7, 8)
 TWIN_NOTE = ("the flat prompts start near uniform (The task, below), and for a uniform start "
              "KL(pi || pi_start) = ln |V| - H(pi), so the entropy drop and the KL from the start measure the same "
              "movement here")

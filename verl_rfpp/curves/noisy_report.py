@@ -182,8 +182,8 @@ def rule_text(n: int, ratios: dict[str, float]) -> str:
         "The rule, fixed when only seed 0 had run, before any other seed was read (commit 68f570c), with the word "
         f"**against** and the headline on the noise's part added before any own-rate SGD run (issue 52, {added}): "
         "a claim holds (**yes**) when its difference has the claimed sign in every seed, **no** when it has the "
-        f"opposite sign in every seed, **against** when it has the opposite sign in at least {AGAINST:.0%} of the "
-        f"seeds ({math.ceil(AGAINST * n - 1e-9)} of {n}) and its 95% t-interval excludes 0 on that side, **mixed** "
+        f"opposite sign in every seed, **against** when it has the opposite sign in at least {AGAINST} of the "
+        f"seeds ({math.ceil(AGAINST * n)} of {n}) and its 95% t-interval excludes 0 on that side, **mixed** "
         "otherwise; the plain answer names each consequence the runs contradict (no or against), else it is yes "
         "when both consequences hold, partly when one does, not shown when neither does. Every yes / no / against "
         "/ mixed in this report and in docs/bandit.md is this rule's output. The two primary tests are the "
@@ -442,8 +442,8 @@ def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, 
                      f"{max(noisy_kls):.2f} with noise |")
     if OURS in effect:
         moved = effect[OURS]["flat_kl_from_start"]
-        lines.append(f"| the noise barely moves the baseline's flat prompts | {BANDIT['baseline']} | the noise moved "
-                     f"them in {_count(moved, 1)}: flat KL, noisy minus noise-free, {_interval(moved, 2)} |")
+        lines.append(f"| the noise barely moves the baseline's flat prompts | {BANDIT['baseline']} | flat KL, noisy "
+                     f"minus noise-free, {_interval(moved, 2)}, higher with noise in {_count(moved, 1)} |")
     head = part.get("answers", {})
     noise_flat = (f"; the noise's part, **{head['flat_moved_more']}**: "
                   f"{_interval(part['flat_kl_from_start']['noise_part'], 2)}" if part else "")
