@@ -171,6 +171,14 @@ def test_bashs_errors_and_what_assigns_are_refused(expression):
         arithmetic.evaluate(expression, {"x": "1"}.get)
 
 
+@pytest.mark.parametrize("expression", ["(" * 1500 + "1" + ")" * 1500, "1" + " + 1" * 1500, "- " * 1500 + "1",
+                                        "1 ? " * 1500 + "1" + " : 0" * 1500, "2" + " ** 1" * 1500],
+                         ids=["parentheses", "sum", "unary", "conditional", "power"])
+def test_an_expression_deeper_than_the_stack_is_refused_not_a_crash(expression):
+    with pytest.raises(Unsupported):
+        arithmetic.evaluate(expression, lambda name: "")
+
+
 def test_a_name_not_taken_is_never_read():
     """``&&``, ``||`` and ``?:`` leave the branch not taken unevaluated: a name there is not read."""
     def value_of(name):

@@ -126,7 +126,6 @@ def printf_integer(text: str) -> int:
 # --- expressions: bash's expr.c --------------------------------------------------------------
 
 MAX_DEPTH = 16  # names whose values name other names, as deep as the reader follows them
-MAX_NESTING = 200  # parentheses and unary operators nested in one expression
 
 _TOKEN = re.compile(r"[ \t\n]*(?:([0-9][0-9A-Za-z#@_]*)|([A-Za-z_][0-9A-Za-z_]*)"
                     r"|(==|!=|<=|>=|<<|>>|&&|\|\||\*\*|[-+*/%<>&|^!~?:,()=\[])|(.))", re.S)
@@ -158,7 +157,7 @@ class _Parser:
     ``("unary", OP, X)``, ``("binary", OP, X, Y)``, ``("cond", C, X, Y)``."""
 
     def __init__(self, expression: str):
-        self.tokens, self.position, self.nesting = _tokens(expression), 0, 0
+        self.tokens, self.position = _tokens(expression), 0
 
     def peek(self):
         return self.tokens[self.position] if self.position < len(self.tokens) else ("end", "")
@@ -206,23 +205,17 @@ class _Parser:
         return base
 
     def prefixed(self):
-        self.nesting += 1
-        if self.nesting > MAX_NESTING:
-            raise Unsupported(f"arithmetic nested over {MAX_NESTING} levels deep")
-        try:
-            kind, value = self.peek()
-            self.position += 1
-            if kind == "op" and value in ("!", "~", "-", "+"):
-                return ("unary", value, self.prefixed())
-            if kind == "op" and value == "(":
-                inner = self.climb(0)
-                self.take(")")
-                return inner
-            if kind in ("num", "name"):
-                return (kind, value)
-            raise Unsupported("an operand expected in arithmetic (bash's syntax error)")
-        finally:
-            self.nesting -= 1
+        kind, value = self.peek()
+        self.position += 1
+        if kind == "op" and value in ("!", "~", "-", "+"):
+            return ("unary", value, self.prefixed())
+        if kind == "op" and value == "(":
+            inner = self.climb(0)
+            self.take(")")
+            return inner
+        if kind in ("num", "name"):
+            return (kind, value)
+        raise Unsupported("an operand expected in arithmetic (bash's syntax error)")
 
 
 def parse(expression: str):
@@ -232,10 +225,18 @@ def parse(expression: str):
     return _Parser(expression).whole()
 
 
-def evaluate(expression: str, value_of: Callable[[str], Optional[str]], depth: int = 0) -> Optional[int]:
+def evaluate(expression: str, value_of: Callable[[str], Optional[str]]) -> Optional[int]:
     """``$(( expression ))`` as bash computes it, ``expression`` already expanded; ``value_of(NAME)``
     is a variable's value (``""`` when unset; ``None`` when not known), called only for the names
-    bash evaluates. ``None``: the value depends on one that is not known."""
+    bash evaluates. ``None``: the value depends on one that is not known. An expression nested
+    deeper than Python's stack (bash's own limit is 1024 levels) is refused."""
+    try:
+        return _evaluate(expression, value_of, 0)
+    except RecursionError:
+        raise Unsupported("arithmetic nested deeper than check follows") from None
+
+
+def _evaluate(expression: str, value_of: Callable[[str], Optional[str]], depth: int) -> Optional[int]:
     if depth > MAX_DEPTH:
         raise Unsupported(f"variables that name each other over {MAX_DEPTH} levels deep in arithmetic")
     tree = parse(expression)
@@ -261,7 +262,7 @@ class _Evaluation:
             if noeval:
                 return 0
             written = self.value_of(tree[1])
-            return None if written is None else evaluate(written, self.value_of, self.depth + 1)
+            return None if written is None else _evaluate(written, self.value_of, self.depth + 1)
         if kind == "unary":
             operand = self.value(tree[2], noeval)
             return None if operand is None else unary(tree[1], operand)
