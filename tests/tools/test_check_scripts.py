@@ -311,7 +311,8 @@ def test_a_program_check_does_not_follow_that_may_start_main_ppo_is_an_assumed_l
 
 
 @pytest.mark.parametrize("command", ["python3 -c 'import torch'", "python3 -m pip install verl", "nvidia-smi -L",
-                                     "cp run.sh backup.sh", "srun --nodes=1 ray start --head", "bash -c 'exit 0'"])
+                                     "cp run.sh backup.sh", "srun --nodes=1 ray start --head", "bash -c 'exit 0'",
+                                     "bash -ec 'exit 0'", "bash --version"])
 def test_a_command_that_starts_no_script_gets_no_such_line(command, tmp_path):
     reading = _read(tmp_path, f"{command}\n{LAUNCH}\n")
     assert not [note for note in reading.assumptions if "starts no main_ppo run" in note], reading.assumptions
@@ -320,6 +321,7 @@ def test_a_command_that_starts_no_script_gets_no_such_line(command, tmp_path):
 @pytest.mark.parametrize("body,why", [
     ("sh stage.sh 1\n", "sh is not bash"),
     ("/bin/dash stage.sh 1\n", "dash is not bash"),
+    ("./posix.sh 1\n", "sh is not bash"),
     ("bash -l stage.sh 1\n", "check does not model bash's option -l"),
     ("bash --posix stage.sh 1\n", "check does not model bash's option --posix"),
     ("bash missing.sh 1\n", "missing.sh is not a file here (bash then searches PATH for it)"),
@@ -337,6 +339,7 @@ def test_a_command_that_starts_no_script_gets_no_such_line(command, tmp_path):
 def test_a_script_check_cannot_follow_is_exit_2_naming_the_line(body, why, tmp_path):
     for name, text, mode in (("stage.sh", STAGE, 0o644), ("noexec.sh", "#!/bin/bash\n" + STAGE, 0o644),
                              ("two_options.sh", "#!/bin/bash -e -u\n" + STAGE, 0o755),
+                             ("posix.sh", "#!/bin/sh\n" + STAGE, 0o755),
                              ("recurse.sh", 'bash "$0"\n', 0o644), ("evals.sh", 'X=:\neval "$X"\n', 0o644)):
         (tmp_path / name).write_text(text)
         (tmp_path / name).chmod(mode)

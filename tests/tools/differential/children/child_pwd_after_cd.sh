@@ -1,0 +1,3 @@
+D="$(dirname "$0")/lib"
+cd "$D"
+bash ./pwd_lib.bash

@@ -1,0 +1,3 @@
+D="$(dirname "$0")/lib"
+declare -x N=1
+bash "$D/uses_n.bash"

@@ -1,0 +1,4 @@
+case $PWD in
+  */children/lib) export N=1 ;;
+esac
+bash ./uses_n.bash
