@@ -48,6 +48,7 @@ def _words(tmp_path: Path, body: str, arguments=(), files=None) -> list:
     ("set -- \"${@:-}\"\nX=$#", "1"),
     # [[ -v N ]] tests positional parameter N
     ("set -- a\n[[ -v 1 ]] && X=one\n[[ -v 2 ]] || X=\"$X no-two\"", "one no-two"),
+    ("A=(a b)\n[[ -v A[1] ]] && X=one\n[[ -v A[2] || -v B[0] ]] || X=\"$X none\"", "one none"),
     # bash's own variables are set as bash sets them
     ("X=${BASH_VERSION+set}${PS1+ps1}", "set"),
     ("f() { [[ -v FUNCNAME ]] && X=\"$X in\"; }\n[[ -v FUNCNAME ]] || X=top\nf", "top in"),
