@@ -1454,6 +1454,8 @@ class Shell:
                 value = self.variables[element.group(1)]
                 items = value if isinstance(value, list) else [value]
                 return int(element.group(2)) < len(items)
+            if element and element.group(1) not in BASH_OWN:
+                return False
             return self.name_set(operand, node)
         if operator in builtins.FILE_TESTS:
             if self.is_unknown(self.cwd):

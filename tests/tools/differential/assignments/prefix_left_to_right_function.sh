@@ -1,6 +1,7 @@
-f() { N=$R; }
+f() { M=$R; }
 N=1
 N=8 R=$N f
+N=$M
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=reinforce_plus_plus_baseline \
     algorithm.gamma=1.0 \
