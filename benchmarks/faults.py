@@ -35,7 +35,7 @@ run's files every 20 ms):
 - ``truncated``, ``bit-flip``, ``missing-step``: the run killed once checkpoint 2's manifest is
   written, then the actor's largest file of ``global_step_2`` cut to half, or one byte of it
   flipped, or the tracker set to 99; ``--resume`` must refuse in one line (exit 2) naming the file
-  (or the missing step) and the newest intact checkpoint (1) before Ray starts (no ``verl.log``
+  (or the missing step) and the newest intact checkpoint (1; ``missing-step``: 2) before Ray starts (no ``verl.log``
   written); then the line's advice is followed (the tracker set to 1) and ``--resume`` runs.
 - ``double-resume``: the run killed as the tracker says 1, then two ``--resume`` started 2 s apart:
   the second must refuse in one line (exit 2) naming the first's pid; the first runs to the end.
@@ -439,7 +439,7 @@ def damaged(out: Path, estimator: str, point: str) -> dict:
     record = {"point": point, "reached": True, **kill(process, out, seen)}
     if point == "missing-step":
         (out / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("99")
-        named = "global_step_99 does not exist"
+        named, intact = "global_step_99 does not exist", "the newest intact checkpoint is step 2"
     else:
         target = max((p for p in (step2 / "actor").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
         data = bytearray(target.read_bytes())
@@ -448,14 +448,14 @@ def damaged(out: Path, estimator: str, point: str) -> dict:
         else:
             data[len(data) // 2] ^= 0x01
         target.write_bytes(bytes(data))
-        named = str(target)
+        named, intact = str(target), "the newest intact checkpoint is step 1"
     (out / "verl.log").rename(out / "verl.killed.log")
     started = time.time()
     code = demo(out, "--resume", "--estimator", estimator).wait(timeout=RUN_LIMIT_S)
     line = _demo_line(_demo_output(out))
     record.update(refusal_exit=code, refusal_s=round(time.time() - started, 3), line=line,
                   ray_started=(out / "verl.log").exists(), checkpoint=tracker(out), lost=[],
-                  landed=code == 2 and named in line and "the newest intact checkpoint is step 1" in line
+                  landed=code == 2 and named in line and intact in line
                   and not (out / "verl.log").exists())
     advice = re.search(r"`echo (\d+) > (\S+)`", line)
     if advice:
