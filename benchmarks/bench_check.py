@@ -39,12 +39,12 @@ CASES = {
 }
 
 
-def timed(argv: list[str], env: dict) -> tuple[float, float, int]:
+def timed(argv: list[str], env: dict, cwd: Path) -> tuple[float, float, int]:
     """Wall and CPU seconds (user + system, of the child and its children) of one fresh process, and
     its exit status."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           timeout=600)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -57,16 +57,16 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose verl_rfpp runs (default: this one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-check-") as scratch:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.tree.resolve()),
-                                                                  os.environ.get("PYTHONPATH")])),
-               "TMPDIR": scratch}
+        path = os.pathsep.join(filter(None, [str(args.tree.resolve()), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path, "TMPDIR": scratch}
         print(f"verl_rfpp from {args.tree.resolve()}; load average before: {os.getloadavg()[0]:.2f} (1 min), "
               f"{os.cpu_count()} CPUs")
-        timed(CASES["python -c 'import verl' (reference)"][:], env)  # warm the file cache; not counted
+        tree = args.tree.resolve()  # also the cwd: ``python -m`` puts it first on sys.path
+        timed(CASES["python -c 'import verl' (reference)"], env, tree)  # warm the file cache; not counted
         results = {name: [] for name in CASES}
         for _ in range(args.runs):  # interleaved: load changes hit every case alike
             for name, argv in CASES.items():
-                results[name].append(timed(argv, env))
+                results[name].append(timed(argv, env, tree))
         reference = statistics.median(cpu for _, cpu, _ in results["python -c 'import verl' (reference)"])
         print(f"{'case':<52} {'exit':>4} {'wall s':>7} {'CPU s':>7} {'CPU / import verl':>18}")
         for name, found in results.items():
