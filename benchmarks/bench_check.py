@@ -8,7 +8,9 @@ the machine's load does not). Asserts nothing about time.
 
 The cases: ``check OVERRIDES`` (the baseline's name alone: refused, with its Fix), ``check SCRIPT``
 on three of verl's example scripts switched to our estimator (tests/tools/scripts/verl/), and
-``doctor``. Each median is printed with the load average before the run (``os.getloadavg``)."""
+``doctor``, then what each of doctor's checks costs in CPU (importing verl, which loads the plugin;
+the hook checks, which import every verl module a patch waits for; the CPU kernels). Each median is
+printed with the load average before the run (``os.getloadavg``)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,20 @@ CASES = {
     "doctor": [*CLI, "doctor"],
     "python -c 'import verl' (reference)": [sys.executable, "-c", "import verl"],
 }
+
+# doctor's checks one by one, in one fresh process: CPU seconds of each (``time.process_time``)
+DOCTOR_PARTS = """
+import time
+start = time.process_time()
+import verl
+verl_done = time.process_time()
+from verl_rfpp import plugin
+plugin.hooks_status()
+hooks_done = time.process_time()
+from verl_rfpp.tools import doctor
+doctor.cpu_kernels_checks()
+print(verl_done - start, hooks_done - verl_done, time.process_time() - hooks_done)
+"""
 
 
 def timed(argv: list[str], env: dict, cwd: Path) -> tuple[float, float, int]:
@@ -74,6 +90,11 @@ def main() -> None:
             cpu = statistics.median(c for _, c, _ in found)
             codes = ",".join(sorted({str(code) for _, _, code in found}))
             print(f"{name:<52} {codes:>4} {wall:7.2f} {cpu:7.2f} {cpu / reference:18.2f}")
+        parts = [subprocess.run([sys.executable, "-c", DOCTOR_PARTS], env=env, cwd=tree, capture_output=True,
+                                text=True, timeout=600).stdout.split()[-3:] for _ in range(args.runs)]
+        for index, label in enumerate(("import verl (loads the plugin)", "hook checks (verl's patched modules)",
+                                       "CPU kernels (numba)")):
+            print(f"doctor's {label:<45} CPU {statistics.median(float(p[index]) for p in parts):6.2f} s")
         print(f"load average after: {os.getloadavg()[0]:.2f} (1 min); medians of {args.runs} fresh processes each")
 
 
