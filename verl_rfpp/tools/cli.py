@@ -416,7 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "(separate: GRPO and both REINFORCE++-baselines; shared: GRPO and ours)")
     curves.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     curves.set_defaults(handler=_curves)
-    doctor = commands.add_parser("doctor", help=COMMANDS["doctor"], formatter_class=arguments.HelpFormatter)
+    doctor = commands.add_parser(
+        "doctor", help=COMMANDS["doctor"], formatter_class=arguments.HelpFormatter,
+        description="Check that verl runs verl-rfpp's estimators here. It costs what verl costs: it imports verl\n"
+                    "as a training run does (which loads the plugin: most of its time), then every verl module a\n"
+                    "patch waits for (the hook lines), then compiles and runs the CPU kernels; in a checkout,\n"
+                    "python benchmarks/bench_check.py prints what each part costs. verl-rfpp check asks the\n"
+                    "installed packages instead, where they settle it.")
     doctor.add_argument("--ray", metavar="ADDRESS",
                         help="check every node of the Ray cluster at ADDRESS (as ray.init takes it: auto, "
                              "HEAD:6379, ...) in a fresh process on each node (default: this machine only)")
