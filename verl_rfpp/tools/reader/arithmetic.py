@@ -4,7 +4,7 @@ right-associative, unary operators binding tighter than ``**`` on its left, ``&&
 ``?:`` leaving the branch not taken unevaluated), 64-bit signed integers that wrap around as
 bash's do, its number syntax (``0x1F``, ``017``, ``2#101``, ``64#@_``), names whose values are
 themselves expressions, ``test``'s stricter decimal integers and ``printf %d``'s C integers. Each
-function computes what bash 5 computes or raises ``words.Unsupported`` (bash's own errors among
+function computes what bash 5 computes or raises ``parse.Unsupported`` (bash's own errors among
 them, assignments and ``++``/``--`` too)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional
 
-from verl_rfpp.tools.reader.words import Unsupported
+from verl_rfpp.tools.reader.parse import Unsupported
 
 _MOD = 1 << 64
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ@_"

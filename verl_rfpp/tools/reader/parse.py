@@ -26,6 +26,11 @@ class ReadError(Exception):
         self.line, self.construct, self.why = line, construct, why
 
 
+class Unsupported(Exception):
+    """A word bash reads in a way the reader does not model (or an error bash reports): ``why``;
+    the reading turns it into a ``ReadError`` naming the line."""
+
+
 def read_bytes(path: str) -> bytes:
     """The bytes of a script or sourced file, bounded (see the module's docstring)."""
     try:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, Optional, Sequence
 
+from verl_rfpp.tools.reader.arithmetic import printf_integer
+from verl_rfpp.tools.reader.parse import Unsupported  # noqa: F401  (words.Unsupported: the reader's modules raise it)
+
 DEFAULT_IFS = " \t\n"
 MAX_PATTERN_SUBJECT = 4096  # characters a pattern or regex is matched against (bounds the time)
 MAX_REGEX_QUANTIFIERS = 16
-
-
-class Unsupported(Exception):
-    """A word bash reads in a way this module does not model (or an error bash reports): ``why``."""
 
 
 class Piece(NamedTuple):
@@ -128,8 +127,6 @@ def _printf_once(format_: str, arguments: list, out: list) -> bool:
             out.append(arguments.pop(0) if arguments else "")
             consumed = True
         elif directive in ("d", "i"):
-            from verl_rfpp.tools.reader.arithmetic import printf_integer  # arithmetic imports this module
-
             out.append(str(printf_integer(arguments.pop(0) if arguments else "")))
             consumed = True
         else:
