@@ -411,6 +411,17 @@ class Shell:
         return status
 
     def _case_matches(self, item, value: str) -> bool:
+        head = []
+        for child in item.children:
+            head.append(child)
+            if child.type == ")":
+                break
+        for before, after in zip(head, head[1:], strict=False):
+            gap = (_gap(before, after) or b"").strip(b" \t")
+            values = before.type not in ("(", "|") and after.type not in (")", "|")
+            if gap or values:
+                raise self.refuse(after, "a case pattern tree-sitter-bash reads otherwise than bash (two words, an "
+                                         "escaped blank)")
         for index, child in enumerate(item.children):
             if item.field_name_for_child(index) != "value":
                 continue
@@ -823,6 +834,9 @@ class Shell:
             return self._pieces(node.named_children[0], quoted, pattern, assignment, start)
         if kind == "concatenation":
             found = []
+            first = text(node.children[0])
+            if start and first.startswith("~") and not re.search("[/:]" if assignment else "/", first):
+                start = False  # the tilde-prefix runs into the next part (~$X, ~"/x"): bash keeps it as written
             for index, child in enumerate(node.children):
                 if index:
                     found.extend(self._joined_gap(node.children[index - 1], child))
