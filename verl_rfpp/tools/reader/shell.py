@@ -930,9 +930,11 @@ class Shell:
         data = node.text
         pieces: list = [Piece("", False, False)]
         position = node.start_byte + (2 if data.startswith(b'$"') else 1)
+        empty_list, literal = False, False  # "${A[@]}" of no element; text of the string's own
         for child in node.children:
             if not child.is_named:
                 continue
+            literal = literal or child.start_byte > position or child.type == "string_content"
             if child.start_byte > position:
                 gap = data[position - node.start_byte:child.start_byte - node.start_byte].decode(
                     errors="surrogateescape")
@@ -944,12 +946,17 @@ class Shell:
                 lead = written[:len(written) - len(written.lstrip(" \t\n"))]
                 if lead:  # tree-sitter-bash puts blanks before an expansion into its ${ token
                     pieces.append(Piece(lead, False, False))
-                pieces.extend(self._pieces(child, quoted=True))
+                    literal = True
+                found = self._pieces(child, quoted=True)
+                empty_list = empty_list or (not found and re.search(r"\$\{?@|\[@\]", written) is not None)
+                pieces.extend(found)
             position = child.end_byte
         if node.end_byte - 1 > position:
             gap = data[position - node.start_byte:node.end_byte - 1 - node.start_byte].decode(errors="surrogateescape")
             pieces.append(Piece(words.unescape_double(gap), False, False))
         pieces = [Piece(p.text, False, False) if p is not BREAK else p for p in pieces]
+        if empty_list and not literal and not any(p is BREAK or p.text for p in pieces):
+            return []  # bash: "${A[@]}${E}" with no element and E empty is no word at all
         if len(pieces) == 2 and pieces[1] is BREAK or _only_all(node):
             pieces = pieces[1:]
         return pieces
