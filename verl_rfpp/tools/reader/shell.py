@@ -962,6 +962,10 @@ class Shell:
         return pieces
 
     def _value_pieces(self, value, quoted: bool, node) -> list:
+        if isinstance(value, _All) and not quoted and len(value.items) > 1 and \
+                any(character not in words.DEFAULT_IFS for character in self._ifs()):
+            raise self.refuse(node, "check does not model $@, $* or [@] unquoted with an IFS of other characters than "
+                                    "blanks")
         if isinstance(value, _All):
             if quoted and value.joined:
                 ifs = self.variables.get("IFS", words.DEFAULT_IFS)
@@ -1188,7 +1192,7 @@ class Shell:
 
     def _transformed(self, node, value: str, operator: str, operands, written: str) -> str:
         if operator in ("/", "//", "/#", "/%"):
-            pattern_text, slash, replacement_text = _split_replacement(written)
+            pattern_text, slash, replacement_text = _split_replacement(written, operator)
             if pattern_text is None:
                 raise self.refuse(node, "check cannot find where this pattern ends")
             pattern = self._operand_pieces(node, pattern_text, split=False, pattern=True)
@@ -1528,12 +1532,14 @@ def _scan(written: str, stop: str = ""):
         raise ValueError("an unclosed ${ or $(")
 
 
-def _split_replacement(written: str) -> tuple:
+def _split_replacement(written: str, operator: str) -> tuple:
     """``${V/pattern/replacement}``'s text after the operator: (pattern, whether a / ends it,
-    replacement); (None, ...) when bash's reading of it is not found."""
+    replacement); (None, ...) when bash's reading of it is not found. As bash, a pattern of ``/``
+    or ``//`` that starts with ``/`` keeps it (``${V///}`` removes every slash)."""
+    skip = operator in ("/", "//") and written.startswith("/")
     try:
         for index, character in _scan(written):
-            if character == "/":
+            if character == "/" and not (skip and index == 0):
                 return written[:index], True, written[index + 1:]
     except ValueError:
         return None, False, ""
