@@ -429,6 +429,17 @@ class Shell:
         return status
 
     def _case_matches(self, item, value: str) -> bool:
+        head = []
+        for child in item.children:
+            head.append(child)
+            if child.type == ")":
+                break
+        for before, after in zip(head, head[1:], strict=False):
+            gap = (_gap(before, after) or b"").strip(b" \t")
+            values = before.type not in ("(", "|") and after.type not in (")", "|")
+            if gap or values:
+                raise self.refuse(after, "a case pattern tree-sitter-bash reads otherwise than bash (two words, an "
+                                         "escaped blank)")
         for index, child in enumerate(item.children):
             if item.field_name_for_child(index) != "value":
                 continue
@@ -874,6 +885,9 @@ class Shell:
             return self._pieces(node.named_children[0], quoted, pattern, assignment, start)
         if kind == "concatenation":
             found = []
+            first = text(node.children[0])
+            if start and first.startswith("~") and not re.search("[/:]" if assignment else "/", first):
+                start = False  # the tilde-prefix runs into the next part (~$X, ~"/x"): bash keeps it as written
             for index, child in enumerate(node.children):
                 if index:
                     found.extend(self._joined_gap(node.children[index - 1], child))
@@ -967,9 +981,11 @@ class Shell:
         data = node.text
         pieces: list = [Piece("", False, False)]
         position = node.start_byte + (2 if data.startswith(b'$"') else 1)
+        empty_list, literal = False, False  # "${A[@]}" of no element; text of the string's own
         for child in node.children:
             if not child.is_named:
                 continue
+            literal = literal or child.start_byte > position or child.type == "string_content"
             if child.start_byte > position:
                 gap = data[position - node.start_byte:child.start_byte - node.start_byte].decode(
                     errors="surrogateescape")
@@ -981,17 +997,26 @@ class Shell:
                 lead = written[:len(written) - len(written.lstrip(" \t\n"))]
                 if lead:  # tree-sitter-bash puts blanks before an expansion into its ${ token
                     pieces.append(Piece(lead, False, False))
-                pieces.extend(self._pieces(child, quoted=True))
+                    literal = True
+                found = self._pieces(child, quoted=True)
+                empty_list = empty_list or (not found and re.search(r"\$\{?@|\[@\]", written) is not None)
+                pieces.extend(found)
             position = child.end_byte
         if node.end_byte - 1 > position:
             gap = data[position - node.start_byte:node.end_byte - 1 - node.start_byte].decode(errors="surrogateescape")
             pieces.append(Piece(words.unescape_double(gap), False, False))
         pieces = [Piece(p.text, False, False) if p is not BREAK else p for p in pieces]
+        if empty_list and not literal and not any(p is BREAK or p.text for p in pieces):
+            return []  # bash: "${A[@]}${E}" with no element and E empty is no word at all
         if len(pieces) == 2 and pieces[1] is BREAK or _only_all(node):
             pieces = pieces[1:]
         return pieces
 
     def _value_pieces(self, value, quoted: bool, node) -> list:
+        if isinstance(value, _All) and not quoted and len(value.items) > 1 and \
+                any(character not in words.DEFAULT_IFS for character in self._ifs()):
+            raise self.refuse(node, "check does not model $@, $* or [@] unquoted with an IFS of other characters than "
+                                    "blanks")
         if isinstance(value, _All):
             if quoted and value.joined:
                 ifs = self.variables.get("IFS", words.DEFAULT_IFS)
@@ -1258,7 +1283,7 @@ class Shell:
 
     def _transformed(self, node, value: str, operator: str, operands, written: str) -> str:
         if operator in ("/", "//", "/#", "/%"):
-            pattern_text, slash, replacement_text = _split_replacement(written)
+            pattern_text, slash, replacement_text = _split_replacement(written, operator)
             if pattern_text is None:
                 raise self.refuse(node, "check cannot find where this pattern ends")
             pattern = self._operand_pieces(node, pattern_text, split=False, pattern=True)
@@ -1609,12 +1634,14 @@ def _scan(written: str, stop: str = ""):
         raise ValueError("an unclosed ${ or $(")
 
 
-def _split_replacement(written: str) -> tuple:
+def _split_replacement(written: str, operator: str) -> tuple:
     """``${V/pattern/replacement}``'s text after the operator: (pattern, whether a / ends it,
-    replacement); (None, ...) when bash's reading of it is not found."""
+    replacement); (None, ...) when bash's reading of it is not found. As bash, a pattern of ``/``
+    or ``//`` that starts with ``/`` keeps it (``${V///}`` removes every slash)."""
+    skip = operator in ("/", "//") and written.startswith("/")
     try:
         for index, character in _scan(written):
-            if character == "/":
+            if character == "/" and not (skip and index == 0):
                 return written[:index], True, written[index + 1:]
     except ValueError:
         return None, False, ""

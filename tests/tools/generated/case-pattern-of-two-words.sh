@@ -1,0 +1,2 @@
+# expect: refused
+case x in - \ ) rec one ;; *) rec other ;; esac

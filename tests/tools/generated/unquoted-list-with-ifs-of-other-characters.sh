@@ -1,0 +1,4 @@
+# args: '~-~@}*a/' ':b[!/:^'
+# expect: refused
+IFS=' :'
+python3 -m verl.trainer.main_ppo trainer.experiment_name=x09$*
