@@ -291,7 +291,7 @@ def test_the_plan_runner_makes_nothing_the_record_holds(tmp_path):
 def test_an_arm_pairs_methods_run_at_different_rates(tmp_path, spec):
     """Runs marked with one ``arm`` (the own-rate SGD arm: GRPO and ours at their own rates) are
     summarized, paired and reported together, named ``own-rate``; unmarked runs keep their lr's
-    key; ``noisy_plan.write_report`` refuses before every planned run exists."""
+    key; ``noisy_plan.write_own_rate_report`` refuses before every planned run exists."""
     arm = "0.02 (GRPO) / 0.01 (ours)"
 
     def marked(key, seed, flat_kl, noise, lr):
@@ -316,7 +316,7 @@ def test_an_arm_pairs_methods_run_at_different_rates(tmp_path, spec):
     loaded = noisy_report.load(tmp_path / "results.json")  # the arm kept: a report is rewritten alike
     assert [(r["arm"], r["lr"]) for r in (*loaded[0], *loaded[1])] == [(arm, r["lr"]) for r in (*noisy, *clean)]
     with pytest.raises(ValueError, match="0 of 16 own-rate runs exist: no report"):
-        noisy_plan.write_report(tmp_path / "x", {"runs": []}, {"runs": []}, spec)
+        noisy_plan.write_own_rate_report(tmp_path / "x", {"runs": []}, {"runs": []}, spec)
     assert not (tmp_path / "x").exists()
 
 

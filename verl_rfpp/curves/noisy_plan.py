@@ -80,7 +80,7 @@ def arm_records(record: dict, shared: dict) -> tuple[list[dict], list[dict]]:
     return [r for r in runs if r["noise_std"] == NOISE_STD], [r for r in runs if r["noise_std"] == 0]
 
 
-def write_report(out: Path, record: dict, shared: dict, spec: dict) -> None:
+def write_own_rate_report(out: Path, record: dict, shared: dict, spec: dict) -> None:
     """The own-rate arm's report, results and plots in ``out`` (``noisy_report.write_noisy_report``,
     named ``sgd-own-rate-*``); refused until every planned run is in the record."""
     from verl_rfpp.curves.noisy_report import write_noisy_report
@@ -141,7 +141,7 @@ def run_plan(out: Path, record_path: Path, echo: Callable[[str], None],
     return record
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def plan_command_line(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl_rfpp.curves.noisy_plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="where the runs are made (outside the repository)")
     parser.add_argument("--record", type=Path, default=RECORD, help=f"the record of finished runs (default {RECORD})")
@@ -156,7 +156,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.report:
         spec = noisy_task.build_assets(assets_dir(args.out, DESIGN), DESIGN)
         try:
-            write_report(args.report, record, json.loads(SHARED_RESULTS.read_text()), spec)
+            write_own_rate_report(args.report, record, json.loads(SHARED_RESULTS.read_text()), spec)
         except ValueError as error:
             print(error, file=sys.stderr)
             return 2
@@ -165,4 +165,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(plan_command_line())

@@ -287,7 +287,7 @@ def _started_script(reader: shell.Shell, command: shell.Command) -> Optional[she
         file, arguments = program, rest
     else:
         return None
-    return child.run(reader, command, shell_name, file, arguments, flags, {**command.environment, **assigned})
+    return child.read_child(reader, command, shell_name, file, arguments, flags, {**command.environment, **assigned})
 
 
 _PYTHON_NO_RUN = {"pip", "venv", "ensurepip", "site", "json.tool", "http.server", "compileall", "py_compile",

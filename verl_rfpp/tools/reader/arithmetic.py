@@ -218,7 +218,7 @@ class _Parser:
         raise Unsupported("an operand expected in arithmetic (bash's syntax error)")
 
 
-def parse(expression: str):
+def parse_expression(expression: str):
     """``expression``'s tree by bash's grammar (``None`` for blank text, which bash reads as 0)."""
     if not expression.strip(" \t\n"):
         return None
@@ -239,7 +239,7 @@ def evaluate(expression: str, value_of: Callable[[str], Optional[str]]) -> Optio
 def _evaluate(expression: str, value_of: Callable[[str], Optional[str]], depth: int) -> Optional[int]:
     if depth > MAX_DEPTH:
         raise Unsupported(f"variables that name each other over {MAX_DEPTH} levels deep in arithmetic")
-    tree = parse(expression)
+    tree = parse_expression(expression)
     return 0 if tree is None else _Evaluation(value_of, depth).value(tree, False)
 
 

@@ -98,7 +98,7 @@ def options(words: Sequence[str], line: int, shown: str) -> tuple[set, int]:
     return found, index
 
 
-def run(parent: Shell, command: Command, shell: str, file: str, arguments: Sequence[str], flags: set,
+def read_child(parent: Shell, command: Command, shell: str, file: str, arguments: Sequence[str], flags: set,
         environment: dict) -> Answer:
     """Read ``FILE`` as ``shell`` started by ``command`` of ``parent`` would, with ``arguments``,
     ``flags`` (``set`` options) and ``environment``; its status and output."""
