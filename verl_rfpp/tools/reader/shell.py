@@ -1195,8 +1195,9 @@ class Shell:
                 raise self.refuse(node, "whether this value is empty is not known")
             present = self._is_set(target) and not (operator.startswith(":") and value == "")
 
-        def word() -> list:
-            return self._operand_pieces(node, written, split=not quoted)
+        def word() -> list:  # an empty word inside double quotes is still a (null) string
+            found = self._operand_pieces(node, written, split=not quoted)
+            return found or ([Piece("", False, False)] if quoted else [])
 
         if operator.endswith("+"):
             return word() if present else []
