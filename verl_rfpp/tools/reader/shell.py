@@ -853,9 +853,11 @@ class Shell:
         for child in node.children:
             if not child.is_named:
                 continue
-            if child.start_byte > position:
-                gap = data[position - node.start_byte:child.start_byte - node.start_byte].decode(
-                    errors="surrogateescape")
+            # tree-sitter-bash starts an expansion's node at the blanks before its ``$`` (they have
+            # no node of their own): they are the string's text, read from the bytes
+            begins = child.start_byte + _leading_blanks(child)
+            if begins > position:
+                gap = data[position - node.start_byte:begins - node.start_byte].decode(errors="surrogateescape")
                 pieces.append(Piece(words.unescape_double(gap), False, False))
             if child.type == "string_content":
                 pieces.append(Piece(words.unescape_double(text(child)), False, False))
@@ -963,6 +965,8 @@ class Shell:
         return self._unset(text(node), strict)
 
     def _expansion(self, node, quoted: bool) -> list:
+        if re.search(rb"(?<!\\)(?:\\\\)*\\}$", node.text):
+            raise self.refuse(node, "tree-sitter-bash ends this expansion at an escaped }")
         children = [child for child in node.children if child.type not in ("${", "}")]
         length = bool(children) and children[0].type == "#" and len(children) > 1
         if length:
@@ -1008,10 +1012,7 @@ class Shell:
             present = self._is_set(target) and not (operator.startswith(":") and value == "")
 
         def word() -> list:
-            pieces: list = []
-            for operand in operands:
-                if operand.is_named:
-                    pieces.extend(self._pieces(operand, quoted=True))
+            pieces = self._operand_pieces(node, operands, quoted)
             return [Piece(p.text, not quoted and p.split, not quoted) if p is not BREAK else p for p in pieces]
 
         if operator.endswith("+"):
@@ -1031,8 +1032,67 @@ class Shell:
             return [Piece(joined, not quoted, not quoted)]
         return found
 
+    def _operand_pieces(self, node, operands, quoted: bool) -> list:
+        """The word of ``${V-word}`` (and the other defaulting operators) as bash reads it, its text
+        between expansions from the source bytes (tree-sitter-bash has no node for blanks there):
+        inside double quotes a backslash quotes only ``$ ` " \\ }`` and a newline, single quotes
+        are literal and ``~`` is itself; outside them, quote removal and ``~`` at the start."""
+        if not operands:
+            return []
+        data, base = node.text, node.start_byte
+        start, end = operands[0].prev_sibling.end_byte, node.end_byte - 1
+        if not data.endswith(b"}"):
+            raise self.refuse(node, "check cannot read this expansion's word")
+        parts = [c for o in operands if o.is_named for c in (o.children if o.type == "concatenation" else [o])]
+        pieces: list = []
+        position = start
+
+        def literal(upto: int) -> None:
+            written = data[position - base:upto - base].decode(errors="surrogateescape")
+            if re.search(r"(?<!\\)(?:\\\\)*[$`\"" + ("" if quoted else "'") + "]", written):
+                raise self.refuse(node, "check cannot read this expansion's word")
+            if quoted:
+                pieces.append(Piece(re.sub(r'\\([$`"\\}\n])', lambda m: "" if m.group(1) == "\n" else m.group(1),
+                                           written), False, False))
+            else:
+                written = self._tilde(written, node, False) if position == start else written
+                pieces.append(Piece(words.unescape_unquoted(written), False, True))
+
+        for part in parts:
+            if not part.is_named or part.type in ("word", "number"):
+                continue
+            begins = part.start_byte + _leading_blanks(part)
+            if begins > position:
+                literal(begins)
+            if quoted and part.type == "raw_string":
+                if re.search(r"[$`\\\"]", text(part)):
+                    raise self.refuse(node, "check cannot read this expansion's word")
+                pieces.append(Piece(text(part), False, False))
+            elif quoted and part.type == "ansi_c_string":
+                raise self.refuse(node, "check does not model $'...' inside a double-quoted expansion")
+            else:
+                pieces.extend(self._pieces(part, quoted=True))
+            position = part.end_byte
+        if end > position:
+            literal(end)
+        return pieces
+
+    def _bounds(self, node, operands) -> list:
+        """The offset and (when written) the length of ``${V:offset:length}``, an empty one 0 as in
+        bash (``None``: not known); ``${V:}`` is bash's error."""
+        if not operands and node.text.endswith(b":}"):
+            raise self.refuse(node, "an empty offset (bash's error: bad substitution)")
+        colon = next((index for index, o in enumerate(operands) if o.type == ":" and not o.is_named), None)
+        numbers = []
+        for group in [operands] if colon is None else [operands[:colon], operands[colon + 1:]]:
+            named = [o for o in group if o.is_named and o.type != "comment"]
+            if len(named) > 1:
+                raise self.refuse(node, "check cannot read the bounds of this slice")
+            numbers.append(self._arithmetic(named[0]) if named else 0)
+        return numbers
+
     def _slice_all(self, node, name: str, value: _All, operands) -> _All:
-        numbers = [self._arithmetic(o) for o in operands if o.type != ":"]
+        numbers = self._bounds(node, operands)
         if any(n is None for n in numbers):
             raise self.refuse(node, "the bounds of this slice are not known")
         items = [self.invoked_as] + value.items if name in ("@", "*") else value.items
@@ -1063,7 +1123,7 @@ class Shell:
             return {",,": value.lower(), "^^": value.upper(), ",": value[:1].lower() + value[1:],
                     "^": value[:1].upper() + value[1:]}[operator]
         if operator == ":":
-            numbers = [self._arithmetic(o) for o in operands if o.type != ":"]
+            numbers = self._bounds(node, operands)
             if any(n is None for n in numbers):
                 raise self.refuse(node, "the bounds of this substring are not known")
             start = numbers[0] if numbers[0] >= 0 else max(len(value) + numbers[0], -1)
@@ -1342,6 +1402,13 @@ def _only_all(node) -> bool:
         return False
     written = text(named[0])
     return written in ("$@", "${@}") or bool(re.fullmatch(r"\$\{\w+\[@\]\}", written)) or written.startswith("${@:")
+
+
+def _leading_blanks(node) -> int:
+    """How many bytes of blanks (and backslash-newlines) ``node``'s range holds before its own text."""
+    if node.type == "string_content":
+        return 0
+    return len(re.match(rb"(?:[ \t\n]|\\\n)*", node.text).group(0))
 
 
 def _misparsed(node) -> bool:
