@@ -1002,10 +1002,12 @@ class Shell:
     def _defaulting(self, node, target, name: str, value, operator: str, operands, quoted: bool) -> list:
         """``${V:-w}``, ``${V-w}``, ``${V:=w}``, ``${V=w}``, ``${V:+w}``, ``${V+w}``, ``${V:?w}``,
         ``${V?w}``: the word is expanded only when it is used, as bash does."""
-        if isinstance(value, _All):
-            present = bool(value.items) if operator.startswith(":") else True
-            if name in ("@", "*") and not operator.startswith(":"):
-                present = True
+        if isinstance(value, _All):  # set: any element; null: the elements joined ("$*"'s way for [*]) empty
+            separator = scalar(self.variables.get("IFS", " "))[:1] if value.joined else " "
+            present = bool(separator.join(value.items) if operator.startswith(":") else value.items)
+            if value.items and not present and quoted and not _in_string(node):
+                raise self.refuse(node, "check does not model this test of empty elements outside quotes (bash "
+                                        "reads it one way in arguments and [[ ]], another in assignments and case)")
         else:
             if self.is_unknown(value) and operator.startswith(":"):
                 raise self.refuse(node, "whether this value is empty is not known")
@@ -1402,6 +1404,15 @@ def _only_all(node) -> bool:
         return False
     written = text(named[0])
     return written in ("$@", "${@}") or bool(re.fullmatch(r"\$\{\w+\[@\]\}", written)) or written.startswith("${@:")
+
+
+def _in_string(node) -> bool:
+    """Whether ``node`` is inside double quotes."""
+    while node is not None and node.type not in ("command", "variable_assignment", "case_statement"):
+        if node.type in ("string", "translated_string"):
+            return True
+        node = node.parent
+    return False
 
 
 def _leading_blanks(node) -> int:

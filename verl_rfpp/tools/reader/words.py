@@ -154,7 +154,8 @@ def split(pieces: Sequence[Piece], ifs: str = DEFAULT_IFS) -> list[str]:
     fields, current, have = [], "", False
     for piece in pieces:
         if piece is BREAK:
-            fields.append(current)
+            if have or current:  # an unquoted empty element of $@ is no field
+                fields.append(current)
             current, have = "", False
             continue
         if not piece.split or not ifs:
