@@ -828,7 +828,7 @@ class Shell:
             if not assignment:
                 return written
             prefix = r"(?<=:)"
-        return re.sub(prefix + r"~([^/:]*)(?=/|:|$)" if assignment else prefix + r"~([^/]*)(?=/|$)", home, written)
+        return re.sub(prefix + r"~([^/:]*)(?=/|:|$)", home, written)  # bash ends a tilde-prefix at : too
 
     def _user_home(self, name: str, node) -> str:
         """``~name``: that user's home on this machine (said so); unchanged when there is no such
@@ -1046,6 +1046,7 @@ class Shell:
         if not data.endswith(b"}"):
             raise self.refuse(node, "check cannot read this expansion's word")
         parts = [c for o in operands if o.is_named for c in (o.children if o.type == "concatenation" else [o])]
+        quoted = _in_string(node)
         pieces: list = []
         position = start
 
@@ -1057,7 +1058,7 @@ class Shell:
                 pieces.append(Piece(re.sub(r'\\([$`"\\}\n])', lambda m: "" if m.group(1) == "\n" else m.group(1),
                                            written), False, False))
             else:
-                written = self._tilde(written, node, False) if position == start else written
+                written = self._tilde(written, node, _in_assignment(node), position == start)
                 pieces.append(Piece(words.unescape_unquoted(written), False, True))
 
         for part in parts:
@@ -1410,6 +1411,15 @@ def _in_string(node) -> bool:
     """Whether ``node`` is inside double quotes."""
     while node is not None and node.type not in ("command", "variable_assignment", "case_statement"):
         if node.type in ("string", "translated_string"):
+            return True
+        node = node.parent
+    return False
+
+
+def _in_assignment(node) -> bool:
+    """Whether ``node`` is in an assignment's value, outside double quotes."""
+    while node is not None and node.type not in ("command", "string", "translated_string"):
+        if node.type == "variable_assignment":
             return True
         node = node.parent
     return False
