@@ -707,7 +707,7 @@ class Shell:
                 raise self.refuse(node, "check does not model brace expansion ({a,b}, {1..3}); quote the word")
             assignment = "word" if arguments and re.match(r"[A-Za-z_]\w*=", text(node)) else False
             pieces = self._pieces(node, quoted=False, assignment=assignment)
-            fields = words.split(pieces, ifs)
+            fields = [words.as_bytes(field) for field in words.split(pieces, ifs)]
             if "noglob" not in self.state.options:
                 self._check_glob(pieces, node)
             found.extend(fields)
@@ -750,7 +750,7 @@ class Shell:
         if node is None:
             return ""
         pieces = self._pieces(node, quoted=True, pattern=pattern, assignment=assignment)
-        return "".join(" " if piece is BREAK else piece.text for piece in pieces)
+        return words.as_bytes("".join(" " if piece is BREAK else piece.text for piece in pieces))
 
     def _pieces(self, node, quoted: bool, pattern: bool = False, assignment: bool = False,
                 start: bool = True) -> list:
