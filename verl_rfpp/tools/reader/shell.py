@@ -1003,9 +1003,9 @@ class Shell:
         """``${V:-w}``, ``${V-w}``, ``${V:=w}``, ``${V=w}``, ``${V:+w}``, ``${V+w}``, ``${V:?w}``,
         ``${V?w}``: the word is expanded only when it is used, as bash does."""
         if isinstance(value, _All):  # set: any element; null: the elements joined ("$*"'s way for [*]) empty
-            separator = scalar(self.variables.get("IFS", " "))[:1] if value.joined else " "
+            separator = scalar(self.variables.get("IFS", " "))[:1] if value.joined and _in_string(node) else " "
             present = bool(separator.join(value.items) if operator.startswith(":") else value.items)
-            if value.items and not present and quoted and not _in_string(node):
+            if operator.startswith(":") and value.items and not any(value.items) and quoted and not _in_string(node):
                 raise self.refuse(node, "check does not model this test of empty elements outside quotes (bash "
                                         "reads it one way in arguments and [[ ]], another in assignments and case)")
         else:

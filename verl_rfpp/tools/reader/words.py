@@ -165,7 +165,8 @@ def split(pieces: Sequence[Piece], ifs: str = DEFAULT_IFS) -> list[str]:
     fields, current, have = [], "", False
     for piece in pieces:
         if piece is BREAK:
-            if have or current:  # an unquoted empty element of $@ is no field
+            if have or current or any(c not in DEFAULT_IFS for c in ifs):  # an unquoted empty element of $@ is
+                # no field where IFS is blanks (or empty); with another IFS character it is one
                 fields.append(current)
             current, have = "", False
             continue
