@@ -244,6 +244,9 @@ def _bracket(text: str, start: int, active: Sequence[bool], glob: bool = True) -
     index = start + 1
     negate = index < len(text) and text[index] in ("!^" if glob else "^") and active[index]
     index += negate
+    if negate and text[index:index + 1] == "]":
+        raise Unsupported("a negated bracket expression starting with ] (bash 5.2 matches it one way in case and "
+                          "[[ ]], another in ${V/p/r})")
     tests, first = [], True
     while index < len(text):
         character = text[index]
