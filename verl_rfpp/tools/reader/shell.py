@@ -1254,8 +1254,9 @@ class Shell:
                 if self.is_unknown(left) or any(self.is_unknown(p.text) for p in pieces):
                     return None
                 return words.regex_match(words.regex(pieces), left)
-            if operator in ("=", "==", "!="):
-                pieces = self._pieces(right_node, quoted=True, pattern=True)
+            if operator in ("=", "==", "!="):  # the fields of "${a[@]}" or $@ joined by a space, as bash does
+                pieces = [Piece(" ", False, False) if piece is BREAK else piece
+                          for piece in self._pieces(right_node, quoted=True, pattern=True)]
                 if self.is_unknown(left) or any(p is not BREAK and self.is_unknown(p.text) for p in pieces):
                     return None
                 return words.Pattern(pieces).match(left) != (operator == "!=")
@@ -1317,7 +1318,7 @@ class Shell:
         if operator == "-n":
             return operand != ""
         if operator == "-v":
-            return operand in self.variables
+            return self._is_variable_set(operand, node)
         if operator in builtins.FILE_TESTS:
             if self.is_unknown(self.cwd):
                 return None
@@ -1329,6 +1330,24 @@ class Shell:
                             "to have the same files)")
             return found
         raise self.refuse(node, f"check does not model the test {operator}")
+
+    def _is_variable_set(self, operand: str, node) -> bool:
+        """``-v NAME``, ``-v NAME[N]`` (N an integer; negative counts from the end), ``-v N`` (a
+        positional parameter); anything else (an arithmetic index, bash's own variables) refused."""
+        element = re.fullmatch(r"([A-Za-z_]\w*)\[\s*(-?[0-9]+)\s*\]", operand)
+        name = element.group(1) if element else operand
+        if re.fullmatch(r"[0-9]+", operand):
+            return int(operand) <= len(self.positional)
+        if not re.fullmatch(r"[A-Za-z_]\w*", name) or (name in BASH_OWN and name not in self.variables):
+            raise self.refuse(node, f"check does not model -v {operand}")
+        if not element:
+            return name in self.variables
+        value = self.variables.get(name)
+        items = value if isinstance(value, list) else ([] if value is None else [value])
+        index = int(element.group(2))
+        if index < 0 and index + len(items) < 0:
+            raise self.refuse(node, f"-v {operand}: a subscript before the first element (bash's error)")
+        return index < len(items) if index >= 0 else True
 
     # --- variables ----------------------------------------------------------------------------
 
