@@ -454,18 +454,18 @@ class Shell:
         conditions = [child for child in node.named_children if child.type not in ("do_group", "comment")]
         status = 0
         for _ in range(LOOP_LIMIT):
-            test = None
-            for condition in conditions:
-                test = self._ignoring_errexit(condition)
-            if test is None:
-                if _inert(node, self.state.functions):
-                    return 0
-                raise self.refuse(node, "this loop's test is not known without running something, and its body "
-                                        "changes what the script runs")
-            if (test == 0) == until:
-                return status
-            self._loops += 1
+            self._loops += 1  # a break in the test leaves this loop too
             try:
+                test = None
+                for condition in conditions:
+                    test = self._ignoring_errexit(condition)
+                if test is None:
+                    if _inert(node, self.state.functions):
+                        return 0
+                    raise self.refuse(node, "this loop's test is not known without running something, and its "
+                                            "body changes what the script runs")
+                if (test == 0) == until:
+                    return status
                 self._block(body.children)
                 status = self.status
             except LoopControl as control:
