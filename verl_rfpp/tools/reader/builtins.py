@@ -215,6 +215,8 @@ def _set(shell: Shell, fields: list, node) -> Status:
 
 
 def _option(shell: Shell, name: str, on: bool) -> None:
+    if name == "errexit" and on and "errexit" not in shell.state.options and shell._negations:
+        raise shell.refuse(None, "set -e under ! (bash 5.2 then ends the shell at a later failure there)")
     if on:
         shell.state.options.add(name)
     else:

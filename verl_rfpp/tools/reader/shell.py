@@ -90,6 +90,7 @@ class Shell:
         self.held = sum(len(value) for value in start.values())
         self._output: Optional[list] = None  # collecting a command substitution's output
         self._ignore_errexit = 0  # inside a condition, a && list's left side, a negation
+        self._negations = 0  # inside a negation (!)
         self._loops = 0
         self._calls = 0
         self._sources = 0
@@ -280,7 +281,11 @@ class Shell:
         return self.status
 
     def _do_negated_command(self, node) -> Status:
-        status = self._ignoring_errexit(node.named_children[-1])
+        self._negations += 1
+        try:
+            status = self._ignoring_errexit(node.named_children[-1])
+        finally:
+            self._negations -= 1
         return None if status is None else int(status == 0)
 
     def _do_list(self, node) -> Status:
@@ -342,6 +347,7 @@ class Shell:
         would read what the script wrote, which check does not know."""
         if redirect.type != "file_redirect":
             return
+        self._check_redirect(redirect)
         written = text(redirect).strip()
         if not re.match(r"\d*(&>>?|>>?|>\|)", written):
             return
@@ -355,6 +361,36 @@ class Shell:
             self.written.add("")
         else:
             self.written.add(os.path.normpath(os.path.join(self.cwd, target)))
+
+    def _check_redirect(self, redirect) -> None:
+        """Refuse a redirection that fails in bash (its command does not run, status 1) or that
+        the reader cannot follow: a target of no word or several (``"$@"``), an empty name, a
+        descriptor above 2 (opened or duplicated), input from a file this machine does not have."""
+        descriptor = next((c for c in redirect.children if c.type == "file_descriptor"), None)
+        operator = next((c for c in redirect.children if not c.is_named), None)
+        targets = [c for c in redirect.named_children if c.type != "file_descriptor"]
+        if descriptor is not None and int(text(descriptor)) > 2:
+            raise self.refuse(redirect, "check does not model file descriptors above 2")
+        if operator is None or text(operator) in (">&-", "<&-"):
+            return
+        fields = self._fields(targets)
+        if len(fields) != 1 or fields[0] == "":
+            raise self.refuse(redirect, "a redirection to no file, an empty name or several words (bash's error)")
+        target = fields[0]
+        if self.is_unknown(target):
+            return
+        if text(operator) in (">&", "<&") and re.fullmatch(r"[0-9]+-?", target):
+            if int(target.rstrip("-")) > 2:
+                raise self.refuse(redirect, "check does not model file descriptors above 2")
+            return
+        if text(operator) in ("<", "<>"):
+            if self.is_unknown(self.cwd):
+                raise self.refuse(redirect, "input from a file in a directory check does not know")
+            path = os.path.normpath(os.path.join(self.cwd, target))
+            readable = os.path.exists(path) and not os.path.isdir(path)
+            if path not in self.written and "" not in self.written and not readable:
+                raise self.refuse(redirect, f"input from {path}, which this machine does not have (bash's "
+                                            "command would fail)")
 
     def _do_if_statement(self, node) -> Status:
         branches = _clauses(node.children)
