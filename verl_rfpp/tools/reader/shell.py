@@ -347,22 +347,22 @@ class Shell:
         would read what the script wrote, which check does not know."""
         if redirect.type != "file_redirect":
             return
-        self._check_redirect(redirect)
+        target = self._check_redirect(redirect)
         written = text(redirect).strip()
-        if not re.match(r"\d*(&>>?|>>?|>\|)", written):
+        if not re.match(r"\d*(&>>?|>>?|>\|)", written) or target is None:
             return
-        destination = redirect.child_by_field_name("destination") or (redirect.named_children or [None])[-1]
-        if destination is None:
-            return
-        target = self._one(destination)
         if target in ("/dev/null", "/dev/stdout", "/dev/stderr") or re.fullmatch(r"&?\d+-?", target):
             return
         if self.is_unknown(target) or self.is_unknown(self.cwd):
             self.written.add("")
         else:
-            self.written.add(os.path.normpath(os.path.join(self.cwd, target)))
+            path = os.path.normpath(os.path.join(self.cwd, target))
+            if not os.path.isdir(os.path.dirname(path)):
+                self.note(redirect, f"writes into {os.path.dirname(path)}, assumed to exist when it runs (it does "
+                                    "not on this machine; where it does not, bash does not run the command)")
+            self.written.add(path)
 
-    def _check_redirect(self, redirect) -> None:
+    def _check_redirect(self, redirect) -> Optional[str]:
         """Refuse a redirection that fails in bash (its command does not run, status 1) or that
         the reader cannot follow: a target of no word or several (``"$@"``), an empty name, a
         descriptor above 2 (opened or duplicated), input from a file this machine does not have."""
@@ -372,17 +372,17 @@ class Shell:
         if descriptor is not None and int(text(descriptor)) > 2:
             raise self.refuse(redirect, "check does not model file descriptors above 2")
         if operator is None or text(operator) in (">&-", "<&-"):
-            return
+            return None
         fields = self._fields(targets)
         if len(fields) != 1 or fields[0] == "":
             raise self.refuse(redirect, "a redirection to no file, an empty name or several words (bash's error)")
         target = fields[0]
         if self.is_unknown(target):
-            return
+            return target
         if text(operator) in (">&", "<&") and re.fullmatch(r"[0-9]+-?", target):
             if int(target.rstrip("-")) > 2:
                 raise self.refuse(redirect, "check does not model file descriptors above 2")
-            return
+            return target
         if text(operator) in ("<", "<>"):
             if self.is_unknown(self.cwd):
                 raise self.refuse(redirect, "input from a file in a directory check does not know")
@@ -391,6 +391,7 @@ class Shell:
             if path not in self.written and "" not in self.written and not readable:
                 raise self.refuse(redirect, f"input from {path}, which this machine does not have (bash's "
                                             "command would fail)")
+        return target
 
     def _do_if_statement(self, node) -> Status:
         branches = _clauses(node.children)
