@@ -65,8 +65,8 @@ def parse_script(data: bytes, path: str):
         raise ReadError(line(bad), construct(bad), f"{path} is not bash that tree-sitter-bash can parse")
     rejected = _rejected(tree.root_node)
     if rejected is not None:
-        raise ReadError(line(rejected[0]), construct(rejected[0]), f"{rejected[1]}: bash reads this line otherwise or "
-                        "rejects it as a syntax error, where tree-sitter-bash accepts it")
+        raise ReadError(line(rejected[0]), construct(rejected[0]), f"{rejected[1]}: bash rejects this, reads it "
+                        "otherwise than tree-sitter-bash or runs what check does not read")
     return tree.root_node
 
 
@@ -74,6 +74,15 @@ _RESERVED = {"{", "}", "for", "do", "done", "then", "fi", "esac", "in", "while",
              "function", "select", "!", "]]", "coproc"}
 _UNARY_TESTS = {f"-{letter}" for letter in "abcdefghkprstuwxzGLNOSovRn"}
 _BODIES = {"do_group", "compound_statement", "subshell", "else_clause"}
+
+
+def _runs_something(node) -> bool:
+    """Whether expanding ``node`` (part of a here-document's body) runs a command or assigns."""
+    if node.type == "command_substitution":
+        return True
+    if node.type == "expansion" and any(c.type in ("=", ":=", "?", ":?") for c in node.children):
+        return True
+    return any(_runs_something(child) for child in node.children)
 
 
 def _rejected(root):
@@ -115,6 +124,12 @@ def _rejected(root):
             if last is not None and end.type == "esac" and not re.search(
                     rb"[\n;&]", root.text[last.end_byte:end.start_byte]):
                 return node, "esac after a command on its line"
+        if kind == "heredoc_redirect":
+            extra = [c for c in node.named_children if c.type not in ("heredoc_start", "heredoc_body", "heredoc_end")]
+            if any(c.type != "file_redirect" or len(c.named_children) > 2 for c in extra):
+                return node, "a here-document's line goes on with a pipe or words"
+        if kind == "heredoc_body" and any(_runs_something(c) for c in node.children):
+            return node, "a here-document whose body runs a command or assigns"
         if kind == "redirected_statement":
             body = node.child_by_field_name("body")
             redirect = next((c for c in node.children if c.type == "file_redirect"), None)

@@ -327,6 +327,8 @@ class Shell:
     def _do_redirected_statement(self, node) -> Status:
         body = node.child_by_field_name("body")
         redirects = [child for child in node.named_children if child is not body]
+        redirects += [inner for r in redirects if r.type == "heredoc_redirect" for inner in r.named_children
+                      if inner.type == "file_redirect"]  # cat <<EOF > FILE
         fed = any(r.type in ("heredoc_redirect", "herestring_redirect") for r in redirects)
         for redirect in redirects:
             self._record_write(redirect)
