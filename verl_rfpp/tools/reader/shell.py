@@ -293,6 +293,7 @@ class Shell:
         status = self._ignoring_errexit(left)
         if status is None:
             if _inert(right, self.state.functions):
+                self.emit(None)  # what it prints, if it runs, is not known
                 return None
             if operator == "&&" and not _is_test(left):
                 self.note(left, "succeeds (not run; the command after && is read)")
@@ -413,6 +414,7 @@ class Shell:
                 rest = [n for _, b in branches[index:] for n in b]
                 rest += [n for t, _ in branches[index + 1:] for n in t or []]
                 if all(_inert(n, self.state.functions) for n in rest):
+                    self.emit(None)
                     return None
                 raise self.refuse(test[0], "this test decides what the script runs, and its value is not known "
                                            "without running something")
@@ -426,6 +428,7 @@ class Shell:
         items = [child for child in node.named_children if child.type == "case_item"]
         if self.is_unknown(value):
             if all(_inert(item, self.state.functions) for item in items):
+                self.emit(None)
                 return None
             raise self.refuse(node.child_by_field_name("value"), "this case decides what the script runs, and its "
                                                                   "value is not known")
@@ -450,6 +453,7 @@ class Shell:
             pieces = self._pieces(child, quoted=True, pattern=True)
             if any(self.is_unknown(piece.text) for piece in pieces if piece is not BREAK):
                 if _inert(item, self.state.functions):
+                    self.emit(None)
                     return False
                 raise self.refuse(child, "this case pattern is not known")
             if words.Pattern(pieces).match(value):
@@ -500,6 +504,7 @@ class Shell:
                     test = self._ignoring_errexit(condition)
                 if test is None:
                     if _inert(node, self.state.functions):
+                        self.emit(None)
                         return 0
                     raise self.refuse(node, "this loop's test is not known without running something, and its "
                                             "body changes what the script runs")
@@ -518,9 +523,7 @@ class Shell:
         raise self.refuse(node, f"this loop does not end within {LOOP_LIMIT} rounds")
 
     def _do_c_style_for_statement(self, node) -> Status:
-        if _inert(node, self.state.functions):
-            return 0
-        raise self.refuse(node, "check does not evaluate C-style for loops that change what the script runs")
+        raise self.refuse(node, "check does not evaluate C-style for loops")
 
     def _do_test_command(self, node) -> Status:
         expression = list(node.named_children)
@@ -1454,6 +1457,7 @@ class Shell:
                                 "check does not model traps that change what runs")
 
 
+_ARITHMETIC_ASSIGN = {"=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "^=", "|="}
 _WORDS = {"word", "string", "raw_string", "ansi_c_string", "simple_expansion", "expansion", "concatenation",
           "command_substitution", "arithmetic_expansion", "number", "translated_string", "extglob_pattern", "regex"}
 def _only_all(node) -> bool:
@@ -1577,4 +1581,8 @@ def _inert(node, functions: Mapping) -> bool:
             return False
     if node.type == "command" and text(node).split()[:2] == ["printf", "-v"]:
         return False
+    if any(child.type in ("++", "--") for child in node.children) or (
+            node.type == "binary_expression" and node.named_children[:1] and node.named_children[0].type ==
+            "variable_name" and any(c.type in _ARITHMETIC_ASSIGN for c in node.children)):
+        return False  # an assignment in arithmetic
     return all(_inert(child, functions) for child in node.children)
