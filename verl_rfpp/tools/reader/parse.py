@@ -124,6 +124,8 @@ def _rejected(root):
             if last is not None and end.type == "esac" and not re.search(
                     rb"[\n;&]", root.text[last.end_byte:end.start_byte]):
                 return node, "esac after a command on its line"
+        if kind == "command_substitution" and text(node).startswith("`") and "\\" in text(node):
+            return node, "a backslash inside backticks"
         if kind == "heredoc_redirect":
             extra = [c for c in node.named_children if c.type not in ("heredoc_start", "heredoc_body", "heredoc_end")]
             if any(c.type != "file_redirect" or len(c.named_children) > 2 for c in extra):

@@ -949,7 +949,7 @@ class Shell:
         if name in self.variables:
             return scalar(self.variables[name])
         if name == "LINENO":
-            return str(line(name_node))
+            return self._lineno(name_node)
         if name == "PWD":
             return self.cwd
         if name == "IFS":
@@ -959,6 +959,16 @@ class Shell:
         if name in BASH_OWN or name in ("$", "!", "-"):
             return self.unknown(name_node, f"${name}")
         return self._unset(name, strict)
+
+    def _lineno(self, node) -> str:
+        """``$LINENO``: the line it is on, where its command starts on that line too (bash counts a
+        command's lines in ways check does not model)."""
+        statement = node
+        while statement.parent is not None and not statement.type.endswith(("command", "statement", "assignment")):
+            statement = statement.parent
+        if b"\n" in statement.text[:node.start_byte - statement.start_byte]:
+            raise self.refuse(node, "$LINENO in a command that starts on an earlier line")
+        return str(line(node))
 
     def _unset(self, name: str, strict: bool) -> str:
         if strict and "nounset" in self.state.options:
@@ -1266,7 +1276,7 @@ class Shell:
         if name in self.variables:
             return scalar(self.variables[name])
         if name == "LINENO":
-            return str(line(node))
+            return self._lineno(node)
         return self.unknown(node, f"${name}")
 
     def _conditional(self, node) -> Optional[bool]:
