@@ -95,7 +95,8 @@ def _rejected(root):
         kind = node.type
         if kind == "command_name" and text(node) in _RESERVED:
             return node, f"{text(node)} in a command's place"
-        if kind == "word" and re.search(r"(?<!\\)(?:\\\\)*\n", text(node)):
+        if kind == "word" and node.parent.type in ("command", "command_name") and \
+                re.search(r"(?<!\\)(?:\\\\)*\n", text(node)):
             return node, "a command joined with the next line"
         if kind == "command" and any(child.type in ("subshell", "compound_statement") for child in node.children):
             return node, "a ( or { in a command's arguments"
