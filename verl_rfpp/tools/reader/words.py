@@ -50,17 +50,28 @@ def _escape(text: str, index: int, octal_after_zero: bool) -> tuple[Optional[str
         end = start
         while end < len(text) and end < start + 3 and text[end] in _OCTAL:
             end += 1
-        return chr(int(text[start:end] or "0", 8) & 0xFF), end
+        return _byte(int(text[start:end] or "0", 8) & 0xFF), end
     if letter == "x":
         end = index + 2
         while end < len(text) and end < index + 4 and text[end] in _HEX:
             end += 1
         if end == index + 2:
             return "\\x", end
-        return chr(int(text[index + 2:end], 16)), end
+        return _byte(int(text[index + 2:end], 16)), end
     if letter in "uU":
         raise Unsupported(f"\\{letter} escapes (their output depends on the locale)")
     return "\\" + letter, index + 2
+
+
+def _byte(value: int) -> str:
+    """The byte an escape makes: a character below 0x80, else the byte as ``surrogateescape`` holds it."""
+    return chr(value) if value < 0x80 else chr(0xDC00 + value)
+
+
+def as_bytes(text: str) -> str:
+    """``text`` read again as UTF-8 bytes: bytes from escapes that spell a character become it
+    (``\\xE2\\x98\\xA0`` is one character), as bash's output is those bytes."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
 
 
 def ansi_c(body: str) -> str:
@@ -75,7 +86,7 @@ def ansi_c(body: str) -> str:
             raise Unsupported("\\c in $'...' (a control character)")
         character, index = _escape(body, index, octal_after_zero=False)
         out.append(character)
-    return "".join(out).split("\0", 1)[0]
+    return as_bytes("".join(out).split("\0", 1)[0])
 
 
 def echo_escapes(text: str) -> tuple[str, bool]:
@@ -88,9 +99,9 @@ def echo_escapes(text: str) -> tuple[str, bool]:
             continue
         character, index = _escape(text, index, octal_after_zero=True)
         if character is None:
-            return "".join(out), True
+            return as_bytes("".join(out)), True
         out.append(character)
-    return "".join(out), False
+    return as_bytes("".join(out)), False
 
 
 def printf(format_: str, arguments: Sequence[str]) -> str:
@@ -101,7 +112,7 @@ def printf(format_: str, arguments: Sequence[str]) -> str:
     while True:
         consumed = _printf_once(format_, arguments, out)
         if not arguments or not consumed:
-            return "".join(out)
+            return as_bytes("".join(out))
 
 
 def _printf_once(format_: str, arguments: list, out: list) -> bool:
@@ -155,7 +166,8 @@ def split(pieces: Sequence[Piece], ifs: str = DEFAULT_IFS) -> list[str]:
     fields, current, have, after_blank = [], "", False, False
     for piece in pieces:
         if piece is BREAK:
-            if have or current:
+            if have or current or any(c not in DEFAULT_IFS for c in ifs):  # an unquoted empty element of $@ is
+                # no field where IFS is blanks (or empty); with another IFS character it is one
                 fields.append(current)
             current, have, after_blank = "", False, False
             continue
@@ -237,6 +249,9 @@ def _bracket(text: str, start: int, active: Sequence[bool], glob: bool = True) -
     index = start + 1
     negate = index < len(text) and text[index] in ("!^" if glob else "^") and active[index]
     index += negate
+    if negate and text[index:index + 1] == "]":
+        raise Unsupported("a negated bracket expression starting with ] (bash 5.2 matches it one way in case and "
+                          "[[ ]], another in ${V/p/r})")
     tests, first = [], True
     while index < len(text):
         character = text[index]
