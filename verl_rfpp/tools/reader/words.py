@@ -162,12 +162,16 @@ def split(pieces: Sequence[Piece], ifs: str = DEFAULT_IFS) -> list[str]:
     """bash's word splitting of one word's pieces (POSIX's rules): IFS's blanks (space, tab,
     newline) separate fields and are trimmed, each other IFS character ends a field (an empty one
     between two of them), together with the blanks around it; an empty IFS splits nothing. A
-    field empty and unquoted is dropped."""
+    field empty and unquoted is dropped. The elements of an unquoted ``$@``/``$*`` are joined by
+    IFS's first character, then split (so an empty one is a field only where that character is
+    not a blank); quoted, or with an empty IFS, each is a field (an unquoted empty one none)."""
+    if ifs:
+        pieces = [Piece(ifs[0], True, False) if piece is BREAK and index and pieces[index - 1].split else piece
+                  for index, piece in enumerate(pieces)]
     fields, current, have, after_blank = [], "", False, False
     for piece in pieces:
         if piece is BREAK:
-            if have or current or any(c not in DEFAULT_IFS for c in ifs):  # an unquoted empty element of $@ is
-                # no field where IFS is blanks (or empty); with another IFS character it is one
+            if have or current:
                 fields.append(current)
             current, have, after_blank = "", False, False
             continue
