@@ -1239,11 +1239,12 @@ class Shell:
             return [Piece(joined, not quoted, not quoted)]
         return found
 
-    def _operand_pieces(self, node, written: str, split: bool, pattern: bool = False) -> list:
+    def _operand_pieces(self, node, written: str, split: bool, pattern: bool = False, tilde: bool = True) -> list:
         """The pieces of an operator's word (``${V:-word}``, a pattern, a replacement) from its text,
         parsed again as one word (tree-sitter-bash's tree of these words is not bash's): its
         unquoted literal characters ``split`` (and active), quoted or escaped ones literal, ``~``
-        expanded at its start (and after ``:`` in an assignment). Inside double quotes a default
+        expanded at its start where ``tilde`` (and after ``:`` in an assignment's word, not a
+        pattern's: bash's way). Inside double quotes a default
         word is a double-quoted string whose backslash also quotes ``}`` (its single quotes and
         ``~`` literal). ``$@``, ``$*``, ``[@]``, and ``"`` or ``$'...'`` inside a double-quoted
         word are refused."""
@@ -1268,16 +1269,19 @@ class Shell:
         found = []
         argument = self._reparsed_word(node, marked, None)
         parts = argument.children if argument.type == "concatenation" else [argument]
-        assignment = _in_assignment(node)
+        assignment = _in_assignment(node) and not pattern
         for index, part in enumerate(parts):
             if part.type == "word":
-                tilde = None if pattern else lambda prefix: self._tilde(prefix, node, False)
-                found.extend(_literal_pieces(text(part), split, tilde, (index == 0, index == len(parts) - 1),
-                                             assignment))
+                found.extend(_literal_pieces(text(part), split, self._home(node) if tilde else None,
+                                             (index == 0, index == len(parts) - 1), assignment))
             else:
                 found.extend(p for p in self._pieces(part, quoted=not split, pattern=pattern, start=False)
                              if p is not BREAK)
         return [Piece(p.text, False, p.active) for p in found] if pattern else found
+
+    def _home(self, node) -> Callable[[str], str]:
+        """A tilde-prefix (``~``, ``~user``) expanded as ``_tilde`` expands it."""
+        return lambda prefix: self._tilde(prefix, node, False)
 
     def _reparsed_word(self, node, written: str, kind: Optional[str]):
         """``written`` parsed as the one argument of a command; refused when it is not one word."""
@@ -1314,10 +1318,11 @@ class Shell:
             pattern_text, slash, replacement_text = _split_replacement(written)
             if pattern_text is None:
                 raise self.refuse(node, "check cannot find where this pattern ends")
-            pattern = self._operand_pieces(node, pattern_text, split=False, pattern=True)
+            pattern = self._operand_pieces(node, pattern_text, split=False, pattern=True,
+                                           tilde=operator in ("/", "//"))  # bash: not after /# or /%
             if replacement_text.startswith("~"):
                 raise self.refuse(node, "check does not model ~ in a replacement")
-            replacement = self._operand_pieces(node, replacement_text, split=False, pattern=True)
+            replacement = self._operand_pieces(node, replacement_text, split=False, pattern=True, tilde=False)
             self._known(pattern + replacement, node)
             return self._bounded(words.replace(value, words.Pattern(pattern), _replacer(replacement, node, self),
                                                operator), node)
