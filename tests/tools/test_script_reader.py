@@ -208,6 +208,7 @@ def test_a_sourced_file_is_read_too_and_a_venv_is_an_assumption(tmp_path):
     ("f() { set -e; false; }\n! f\n", "set -e under !"),
     ("for ((i = 0; i < 2; i++)); do :; done\n", "C-style for"),
     ("for x in \\\n  $LINENO; do :; done\n", "$LINENO in a command that starts on an earlier line"),
+    ("X=1\nY=a$\\\nX\n", "backslash-newline after $"),
 ])
 def test_what_cannot_be_read_safely_is_named_with_its_line(tmp_path, body, construct):
     with pytest.raises(scripts.ScriptError) as caught:
