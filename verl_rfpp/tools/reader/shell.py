@@ -953,7 +953,7 @@ class Shell:
             name = node.named_children[-1]
             if name.type == "variable_name" and re.match(r"[@*#?$!-]", text(name)):
                 raise self.refuse(node, "tree-sitter-bash misreads a special parameter followed by a word")
-            if b"\\\n" in node.text:
+            if b"\\\n" in name.text:
                 raise self.refuse(node, "a backslash-newline after $ (bash joins the lines into the name)")
             if name.type == "variable_name" and text(name)[0].isdigit() and len(text(name)) > 1:
                 first = self.positional[0] if self.positional else self._unset("1", strict=True)
