@@ -70,6 +70,23 @@ def test_parameter_expansions_as_bash_gives_them(tmp_path, expression, environ, 
     assert _arguments(tmp_path, f'{LAUNCH} "{expression}"\n', environ={"HOME": "/home/u", **environ}) == [[expected]]
 
 
+@pytest.mark.parametrize("body,expected", [
+    # bash keeps the blanks between expansions in double quotes (tree-sitter-bash has no node for them)
+    ('A=5\n{} "k=$A $A" "${{A}}\t${{A}}" "$(echo x) $A" "${{U:-$A  $A}}"\n', ["k=5 5", "5\t5", "x 5", "5  5"]),
+    # inside double quotes a ${V-word}'s backslash quotes only $ ` " \\ } and its single quotes are literal
+    ('{} "${{U-\\z}}" "${{U:-\'a\'}}" "${{U-a\\"b}}"\n', ["\\z", "'a'", 'a"b']),
+    # an unquoted empty element of $@ is no field; $@ with one empty element is null for :-
+    ('set -- "" "" ""\n{} =$@=\nset -- ""\n{} ${{@:-d}} ${{@-e}}\n', ["=", "=", "d"]),
+    # empty slice bounds are 0 (an IndexError once)
+    ("A=(1 2 3)\n{} ${{A[@]::}} ${{A[@]:1:}} x${{A[@]: :2}}\n", ["x1", "2"]),
+    # escapes make bytes, read as UTF-8 in the word
+    ("{} $'\\xc3'$'\\251' \"$(printf '\\xE2\\x98\\xA0')\"\n", ["\u00e9", "\u2620"]),
+])
+def test_words_oils_spec_tests_found_read_wrong(tmp_path, body, expected):
+    launches = _arguments(tmp_path, body.format(*[LAUNCH] * body.count("{}")))
+    assert [word for launch in launches for word in launch] == expected
+
+
 def test_assignment_with_default_sets_the_variable(tmp_path):
     body = f': "${{X:=set}}"\n{LAUNCH} "$X"\n'
     assert _arguments(tmp_path, body) == [["set"]]
@@ -172,6 +189,26 @@ def test_a_sourced_file_is_read_too_and_a_venv_is_an_assumption(tmp_path):
     ("while true; do :; done\n", f"does not end within {shell.LOOP_LIMIT} rounds"),
     ("i=0\nwhile [ $i -lt 1000 ]; do j=0; while [ $j -lt 1000 ]; do j=$((j+1)); done; i=$((i+1)); done\n",
      f"takes over {shell.STEP_LIMIT} steps"),
+    # what oils' spec tests found read wrong (issue 49): bash's errors and readings check does not model
+    ("S=abc\nX=${S:}\n", "bad substitution"),
+    ("P='[^]]'\nS=a]\nX=${S//$P/}\n", "negated bracket expression"),
+    ("X=`echo \\\\ `\n", "backslash inside backticks"),
+    ("cat <<EOF | tr a b\nx\nEOF\n", "here-document's line goes on"),
+    ("cat <<EOF\n$(date)\nEOF\n", "here-document whose body runs a command"),
+    ("FOO=bar for i in a b; do :; done\n", "for in a command's place"),
+    ("echo (42)\n", "( or { in a command's arguments"),
+    ("while false; do\ndone\n", "empty body"),
+    ("[[ -z ]]\n", "unary test without its operand"),
+    ("echo 'a'\n\\exit 3\n", "joined with the next line"),
+    ("exec {fd}> log.txt\n", "named file descriptor"),
+    ("cat < /no/such/input.txt\n", "/no/such/input.txt"),
+    ('f() { echo hi > "$@"; }\nf a b\n', "several words"),
+    ("echo hi >&7\n", "file descriptors above 2"),
+    ("test -k /tmp\n", "the test -k"),
+    ("f() { set -e; false; }\n! f\n", "set -e under !"),
+    ("for ((i = 0; i < 2; i++)); do :; done\n", "C-style for"),
+    ("for x in \\\n  $LINENO; do :; done\n", "$LINENO in a command that starts on an earlier line"),
+    ("X=1\nY=a$\\\nX\n", "backslash-newline after $"),
 ])
 def test_what_cannot_be_read_safely_is_named_with_its_line(tmp_path, body, construct):
     with pytest.raises(scripts.ScriptError) as caught:

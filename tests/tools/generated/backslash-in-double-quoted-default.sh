@@ -1,2 +1,2 @@
-# expect: refused
+# expect: exact
 rec "${U-\x}"

@@ -215,6 +215,8 @@ def _set(shell: Shell, fields: list, node) -> Status:
 
 
 def _option(shell: Shell, name: str, on: bool) -> None:
+    if name == "errexit" and on and "errexit" not in shell.state.options and shell._negations:
+        raise shell.refuse(None, "set -e under ! (bash 5.2 then ends the shell at a later failure there)")
     if on:
         shell.state.options.add(name)
     else:
@@ -384,12 +386,16 @@ def _test_arguments(shell: Shell, arguments: list, node) -> Optional[bool]:
             return _negated(_test_arguments(shell, arguments[1:], node))
         if arguments[0] in _UNARY:
             return shell.unary(arguments[0], arguments[1], node)
+        if arguments[0] in _BASH_UNARY:
+            raise shell.refuse(node, f"check does not model the test {arguments[0]}")
         raise _TestError
     if count == 3:
         if shell.is_unknown(arguments[1]):
             raise shell.refuse(node, "a test whose operator is not known")
         if arguments[1] in _BINARY:
             return _binary(shell, arguments[0], arguments[1], arguments[2], node)
+        if arguments[1] in ("-ot", "-nt", "-ef"):
+            raise shell.refuse(node, f"check does not model the test {arguments[1]}")
         if arguments[0] == "!":
             return _negated(_test_arguments(shell, arguments[1:], node))
         if arguments[0] == "(" and arguments[2] == ")":
@@ -404,6 +410,7 @@ def _test_arguments(shell: Shell, arguments: list, node) -> Optional[bool]:
 
 
 _UNARY = {"-z", "-n", "-v", *FILE_TESTS}
+_BASH_UNARY = {f"-{letter}" for letter in "abcdefghkprstuwxzGLNOSovRn"}  # bash's, modeled or not
 _BINARY = {"=", "==", "!=", "-a", "-o", "<", ">", *NUMERIC}
 
 

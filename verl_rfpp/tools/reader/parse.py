@@ -71,7 +71,85 @@ def parse_script(data: bytes, path: str):
     if tree.root_node.has_error:
         bad = _first_error(tree.root_node)
         raise ReadError(line(bad), construct(bad), f"{path} is not bash that tree-sitter-bash can parse")
+    rejected = _rejected(tree.root_node)
+    if rejected is not None:
+        raise ReadError(line(rejected[0]), construct(rejected[0]), f"{rejected[1]}: bash rejects this, reads it "
+                        "otherwise than tree-sitter-bash or runs what check does not read")
     return tree.root_node
+
+
+_RESERVED = {"{", "}", "for", "do", "done", "then", "fi", "esac", "in", "while", "until", "if", "elif", "else", "case",
+             "function", "select", "!", "]]", "coproc"}
+_UNARY_TESTS = {f"-{letter}" for letter in "abcdefghkprstuwxzGLNOSovRn"}
+_BODIES = {"do_group", "compound_statement", "subshell", "else_clause"}
+
+
+def _runs_something(node) -> bool:
+    """Whether expanding ``node`` (part of a here-document's body) runs a command or assigns."""
+    if node.type == "command_substitution":
+        return True
+    if node.type == "expansion" and any(c.type in ("=", ":=", "?", ":?") for c in node.children):
+        return True
+    return any(_runs_something(child) for child in node.children)
+
+
+def _rejected(root):
+    """The first node of a shape bash rejects or reads otherwise though tree-sitter-bash parses it
+    (a reserved word or brace run as a command, a subshell as an argument, an empty body, a lone
+    unary test, a named file descriptor, an ``esac`` taken as an argument), with what it is."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        kind = node.type
+        if kind == "command_name" and text(node) in _RESERVED:
+            return node, f"{text(node)} in a command's place"
+        if kind == "word" and node.parent.type in ("command", "command_name") and \
+                re.search(r"(?<!\\)(?:\\\\)*\n", text(node)):
+            return node, "a command joined with the next line"
+        if kind == "command" and any(child.type in ("subshell", "compound_statement") for child in node.children):
+            return node, "a ( or { in a command's arguments"
+        if kind in _BODIES and not text(node).startswith("((") and not any(
+                child.is_named and child.type != "comment" for child in node.children):
+            return node, "an empty body"
+        if kind in ("if_statement", "elif_clause"):
+            after_then = False
+            for child in node.children:
+                if child.type == "then":
+                    after_then = True
+                    statements = 0
+                elif after_then and child.type in ("elif_clause", "else_clause", "fi"):
+                    break
+                elif after_then and child.is_named and child.type != "comment":
+                    statements += 1
+            if after_then and not statements:
+                return node, "an empty then"
+        if kind == "test_command" and text(node).startswith("[[") and len(node.named_children) == 1 and \
+                text(node.named_children[0]) in _UNARY_TESTS:
+            return node, "a unary test without its operand"
+        if kind == "case_statement":
+            items = [child for child in node.children if child.type == "case_item"]
+            end = node.children[-1]
+            last = items[-1].named_children[-1] if items and items[-1].named_children else None
+            if last is not None and end.type == "esac" and not re.search(
+                    rb"[\n;&]", root.text[last.end_byte:end.start_byte]):
+                return node, "esac after a command on its line"
+        if kind == "command_substitution" and text(node).startswith("`") and "\\" in text(node):
+            return node, "a backslash inside backticks"
+        if kind == "heredoc_redirect":
+            extra = [c for c in node.named_children if c.type not in ("heredoc_start", "heredoc_body", "heredoc_end")]
+            if any(c.type != "file_redirect" or len(c.named_children) > 2 for c in extra):
+                return node, "a here-document's line goes on with a pipe or words"
+        if kind == "heredoc_body" and any(_runs_something(c) for c in node.children):
+            return node, "a here-document whose body runs a command or assigns"
+        if kind == "redirected_statement":
+            body = node.child_by_field_name("body")
+            redirect = next((c for c in node.children if c.type == "file_redirect"), None)
+            if body is not None and body.type == "command" and redirect is not None and body.named_children and \
+                    body.named_children[-1].end_byte == redirect.start_byte and \
+                    re.fullmatch(r"\{[A-Za-z_]\w*\}", text(body.named_children[-1])):
+                return node, "a named file descriptor ({name}>)"
+        stack.extend(reversed(node.children))
+    return None
 
 
 def _first_error(node):

@@ -104,6 +104,7 @@ class Shell:
         self.held = sum(len(value) for value in start.values())
         self._output: Optional[list] = None  # collecting a command substitution's output
         self._ignore_errexit = 0  # inside a condition, a && list's left side, a negation
+        self._negations = 0  # inside a negation (!)
         self._loops = 0
         self._calls = 0
         self._sources = 0
@@ -113,7 +114,6 @@ class Shell:
         self._node_line = 1
         self._stdin_fed = False
         self._substitution_status: Optional[list] = None
-        self._double_quotes = 0  # inside "...": the word of ${V:-word} is read as a double-quoted string
 
     # --- entry points -------------------------------------------------------------------------
 
@@ -304,7 +304,11 @@ class Shell:
         return self.status
 
     def _do_negated_command(self, node) -> Status:
-        status = self._ignoring_errexit(node.named_children[-1])
+        self._negations += 1
+        try:
+            status = self._ignoring_errexit(node.named_children[-1])
+        finally:
+            self._negations -= 1
         return None if status is None else int(status == 0)
 
     def _do_list(self, node) -> Status:
@@ -312,6 +316,7 @@ class Shell:
         status = self._ignoring_errexit(left)
         if status is None:
             if _inert(right, self.state.functions):
+                self.emit(None)  # what it prints, if it runs, is not known
                 return None
             if operator == "&&" and not _is_test(left):
                 self.note(left, "succeeds (not run; the command after && is read)")
@@ -346,6 +351,8 @@ class Shell:
     def _do_redirected_statement(self, node) -> Status:
         body = node.child_by_field_name("body")
         redirects = [child for child in node.named_children if child is not body]
+        redirects += [inner for r in redirects if r.type == "heredoc_redirect" for inner in r.named_children
+                      if inner.type == "file_redirect"]  # cat <<EOF > FILE
         fed = any(r.type in ("heredoc_redirect", "herestring_redirect") for r in redirects)
         for redirect in redirects:
             self._record_write(redirect)
@@ -366,19 +373,51 @@ class Shell:
         would read what the script wrote, which check does not know."""
         if redirect.type != "file_redirect":
             return
+        target = self._check_redirect(redirect)
         written = text(redirect).strip()
-        if not re.match(r"\d*(&>>?|>>?|>\|)", written):
+        if not re.match(r"\d*(&>>?|>>?|>\|)", written) or target is None:
             return
-        destination = redirect.child_by_field_name("destination") or (redirect.named_children or [None])[-1]
-        if destination is None:
-            return
-        target = self._one(destination)
         if target in ("/dev/null", "/dev/stdout", "/dev/stderr") or re.fullmatch(r"&?\d+-?", target):
             return
         if self.is_unknown(target) or self.is_unknown(self.cwd):
             self.written.add("")
         else:
-            self.written.add(os.path.normpath(os.path.join(self.cwd, target)))
+            path = os.path.normpath(os.path.join(self.cwd, target))
+            if not os.path.isdir(os.path.dirname(path)):
+                self.note(redirect, f"writes into {os.path.dirname(path)}, assumed to exist when it runs (it does "
+                                    "not on this machine; where it does not, bash does not run the command)")
+            self.written.add(path)
+
+    def _check_redirect(self, redirect) -> Optional[str]:
+        """Refuse a redirection that fails in bash (its command does not run, status 1) or that
+        the reader cannot follow: a target of no word or several (``"$@"``), an empty name, a
+        descriptor above 2 (opened or duplicated), input from a file this machine does not have."""
+        descriptor = next((c for c in redirect.children if c.type == "file_descriptor"), None)
+        operator = next((c for c in redirect.children if not c.is_named), None)
+        targets = [c for c in redirect.named_children if c.type != "file_descriptor"]
+        if descriptor is not None and int(text(descriptor)) > 2:
+            raise self.refuse(redirect, "check does not model file descriptors above 2")
+        if operator is None or text(operator) in (">&-", "<&-"):
+            return None
+        fields = self._fields(targets)
+        if len(fields) != 1 or fields[0] == "":
+            raise self.refuse(redirect, "a redirection to no file, an empty name or several words (bash's error)")
+        target = fields[0]
+        if self.is_unknown(target):
+            return target
+        if text(operator) in (">&", "<&") and re.fullmatch(r"[0-9]+-?", target):
+            if int(target.rstrip("-")) > 2:
+                raise self.refuse(redirect, "check does not model file descriptors above 2")
+            return target
+        if text(operator) in ("<", "<>"):
+            if self.is_unknown(self.cwd):
+                raise self.refuse(redirect, "input from a file in a directory check does not know")
+            path = os.path.normpath(os.path.join(self.cwd, target))
+            readable = os.path.exists(path) and not os.path.isdir(path)
+            if path not in self.written and "" not in self.written and not readable:
+                raise self.refuse(redirect, f"input from {path}, which this machine does not have (bash's "
+                                            "command would fail)")
+        return target
 
     def _do_if_statement(self, node) -> Status:
         branches = _clauses(node.children)
@@ -398,6 +437,7 @@ class Shell:
                 rest = [n for _, b in branches[index:] for n in b]
                 rest += [n for t, _ in branches[index + 1:] for n in t or []]
                 if all(_inert(n, self.state.functions) for n in rest):
+                    self.emit(None)
                     return None
                 raise self.refuse(test[0], "this test decides what the script runs, and its value is not known "
                                            "without running something")
@@ -411,6 +451,7 @@ class Shell:
         items = [child for child in node.named_children if child.type == "case_item"]
         if self.is_unknown(value):
             if all(_inert(item, self.state.functions) for item in items):
+                self.emit(None)
                 return None
             raise self.refuse(node.child_by_field_name("value"), "this case decides what the script runs, and its "
                                                                   "value is not known")
@@ -446,6 +487,7 @@ class Shell:
             pieces = self._pieces(child, quoted=True, pattern=True)
             if any(self.is_unknown(piece.text) for piece in pieces if piece is not BREAK):
                 if _inert(item, self.state.functions):
+                    self.emit(None)
                     return False
                 raise self.refuse(child, "this case pattern is not known")
             if words.Pattern(pieces).match(value):
@@ -489,18 +531,19 @@ class Shell:
         conditions = [child for child in node.named_children if child.type not in ("do_group", "comment")]
         status = 0
         for _ in range(LOOP_LIMIT):
-            test = None
-            for condition in conditions:
-                test = self._ignoring_errexit(condition)
-            if test is None:
-                if _inert(node, self.state.functions):
-                    return 0
-                raise self.refuse(node, "this loop's test is not known without running something, and its body "
-                                        "changes what the script runs")
-            if (test == 0) == until:
-                return status
-            self._loops += 1
+            self._loops += 1  # a break in the test leaves this loop too
             try:
+                test = None
+                for condition in conditions:
+                    test = self._ignoring_errexit(condition)
+                if test is None:
+                    if _inert(node, self.state.functions):
+                        self.emit(None)
+                        return 0
+                    raise self.refuse(node, "this loop's test is not known without running something, and its "
+                                            "body changes what the script runs")
+                if (test == 0) == until:
+                    return status
                 self._block(body.children)
                 status = self.status
             except LoopControl as control:
@@ -514,9 +557,7 @@ class Shell:
         raise self.refuse(node, f"this loop does not end within {LOOP_LIMIT} rounds")
 
     def _do_c_style_for_statement(self, node) -> Status:
-        if _inert(node, self.state.functions):
-            return 0
-        raise self.refuse(node, "check does not evaluate C-style for loops that change what the script runs")
+        raise self.refuse(node, "check does not evaluate C-style for loops")
 
     def _do_test_command(self, node) -> Status:
         expression = list(node.named_children)
@@ -785,7 +826,7 @@ class Shell:
                     raise self.refuse(node, "check does not model brace expansion ({a,b}, {1..3}); quote the word")
                 assignment = "word" if arguments and index == 0 and re.match(r"[A-Za-z_]\w*=", text(node)) else False
                 pieces += self._pieces(node, quoted=False, assignment=assignment, start=index == 0)
-            fields = words.split(pieces, ifs)
+            fields = [words.as_bytes(field) for field in words.split(pieces, ifs)]
             if "noglob" not in self.state.options:
                 self._check_glob(pieces, node)
             found.extend(fields)
@@ -856,7 +897,7 @@ class Shell:
         if node is None:
             return ""
         pieces = self._pieces(node, quoted=True, pattern=pattern, assignment=assignment)
-        return "".join(" " if piece is BREAK else piece.text for piece in pieces)
+        return words.as_bytes("".join(" " if piece is BREAK else piece.text for piece in pieces))
 
     def _pieces(self, node, quoted: bool, pattern: bool = False, assignment: bool = False,
                 start: bool = True) -> list:
@@ -926,6 +967,8 @@ class Shell:
             name = node.named_children[-1]
             if name.type == "variable_name" and re.match(r"[@*#?$!-]", text(name)):
                 raise self.refuse(node, "tree-sitter-bash misreads a special parameter followed by a word")
+            if b"\\\n" in name.text:
+                raise self.refuse(node, "a backslash-newline after $ (bash joins the lines into the name)")
             if name.type == "variable_name" and text(name)[0].isdigit() and len(text(name)) > 1:
                 first = self.positional[0] if self.positional else self._unset("1", strict=True)
                 return [Piece(first + text(name)[1:], not quoted, not quoted)]  # $10 is ${1}0
@@ -952,7 +995,7 @@ class Shell:
             if not assignment:
                 return written
             prefix = r"(?<=:)"
-        return re.sub(prefix + r"~([^/:]*)(?=/|:|$)" if assignment else prefix + r"~([^/]*)(?=/|$)", home, written)
+        return re.sub(prefix + r"~([^/:]*)(?=/|:|$)", home, written)  # bash ends a tilde-prefix at : too
 
     def _user_home(self, name: str, node) -> str:
         """``~name``: that user's home on this machine (said so); unchanged when there is no such
@@ -971,13 +1014,6 @@ class Shell:
         return found
 
     def _string(self, node) -> list:
-        self._double_quotes += 1
-        try:
-            return self._string_pieces(node)
-        finally:
-            self._double_quotes -= 1
-
-    def _string_pieces(self, node) -> list:
         data = node.text
         pieces: list = [Piece("", False, False)]
         position = node.start_byte + (2 if data.startswith(b'$"') else 1)
@@ -985,21 +1021,18 @@ class Shell:
         for child in node.children:
             if not child.is_named:
                 continue
-            literal = literal or child.start_byte > position or child.type == "string_content"
-            if child.start_byte > position:
-                gap = data[position - node.start_byte:child.start_byte - node.start_byte].decode(
-                    errors="surrogateescape")
+            # tree-sitter-bash starts an expansion's node at the blanks before its ``$`` (they have
+            # no node of their own): they are the string's text, read from the bytes
+            begins = child.start_byte + _leading_blanks(child)
+            literal = literal or begins > position or child.type == "string_content"
+            if begins > position:
+                gap = data[position - node.start_byte:begins - node.start_byte].decode(errors="surrogateescape")
                 pieces.append(Piece(words.unescape_double(gap), False, False))
             if child.type == "string_content":
                 pieces.append(Piece(words.unescape_double(text(child)), False, False))
             else:
-                written = text(child)
-                lead = written[:len(written) - len(written.lstrip(" \t\n"))]
-                if lead:  # tree-sitter-bash puts blanks before an expansion into its ${ token
-                    pieces.append(Piece(lead, False, False))
-                    literal = True
                 found = self._pieces(child, quoted=True)
-                empty_list = empty_list or (not found and re.search(r"\$\{?@|\[@\]", written) is not None)
+                empty_list = empty_list or (not found and re.search(r"\$\{?@|\[@\]", text(child)) is not None)
                 pieces.extend(found)
             position = child.end_byte
         if node.end_byte - 1 > position:
@@ -1051,7 +1084,7 @@ class Shell:
         if name in self.variables:
             return scalar(self.variables[name])
         if name == "LINENO":
-            return str(line(name_node))
+            return self._lineno(name_node)
         if name == "PWD":
             return self.cwd
         if name == "IFS":
@@ -1061,6 +1094,16 @@ class Shell:
         if name in BASH_OWN or name in ("$", "!", "-"):
             return self.unknown(name_node, f"${name}")
         return self._unset(name, strict)
+
+    def _lineno(self, node) -> str:
+        """``$LINENO``: the line it is on, where its command starts on that line too (bash counts a
+        command's lines in ways check does not model)."""
+        statement = node
+        while statement.parent is not None and not statement.type.endswith(("command", "statement", "assignment")):
+            statement = statement.parent
+        if b"\n" in statement.text[:node.start_byte - statement.start_byte]:
+            raise self.refuse(node, "$LINENO in a command that starts on an earlier line")
+        return str(line(node))
 
     def _unset(self, name: str, strict: bool) -> str:
         if strict and "nounset" in self.state.options:
@@ -1129,6 +1172,8 @@ class Shell:
         return self._unset(text(node), strict)
 
     def _expansion(self, node, quoted: bool) -> list:
+        if re.search(rb"(?<!\\)(?:\\\\)*\\}$", node.text):
+            raise self.refuse(node, "tree-sitter-bash ends this expansion at an escaped }")
         children = [child for child in node.children if child.type not in ("${", "}")]
         length = bool(children) and children[0].type == "#" and len(children) > 1
         if length:
@@ -1185,11 +1230,16 @@ class Shell:
 
     def _defaulting(self, node, target, name: str, value, operator: str, written: str, quoted: bool) -> list:
         """``${V:-w}``, ``${V-w}``, ``${V:=w}``, ``${V=w}``, ``${V:+w}``, ``${V+w}``, ``${V:?w}``,
-        ``${V?w}``: the word is expanded only when it is used, as bash does; ``$@``/``$*`` with no
-        arguments are unset. Outside double quotes the word's unquoted parts are split (and ``~``
-        at its start expanded); inside them it is read as a double-quoted string."""
+        ``${V?w}``: the word is expanded only when it is used, as bash does. A list (``$@``, ``$*``,
+        ``${a[@]}``) is set when it has an element, null when its elements joined are empty (``$*``'s
+        way inside double quotes). Outside double quotes the word's unquoted parts are split (and
+        ``~`` at its start expanded); inside them it is read as a double-quoted string."""
         if isinstance(value, _All):
-            present = bool(value.items)
+            separator = scalar(self.variables.get("IFS", " "))[:1] if value.joined and _in_string(node) else " "
+            present = bool(separator.join(value.items) if operator.startswith(":") else value.items)
+            if operator.startswith(":") and value.items and not any(value.items) and quoted and not _in_string(node):
+                raise self.refuse(node, "check does not model this test of empty elements outside quotes (bash "
+                                        "reads it one way in arguments and [[ ]], another in assignments and case)")
         else:
             if self.is_unknown(value) and operator.startswith(":"):
                 raise self.refuse(node, "whether this value is empty is not known")
@@ -1216,21 +1266,28 @@ class Shell:
             return [Piece(joined, not quoted, not quoted)]
         return found
 
-    def _operand_pieces(self, node, written: str, split: bool, pattern: bool = False) -> list:
+    def _operand_pieces(self, node, written: str, split: bool, pattern: bool = False, tilde: bool = True) -> list:
         """The pieces of an operator's word (``${V:-word}``, a pattern, a replacement) from its text,
         parsed again as one word (tree-sitter-bash's tree of these words is not bash's): its
-        unquoted literal characters ``split`` (and active), quoted or escaped ones literal. Inside
-        double quotes a default word is a double-quoted string. ``$@``, ``$*``, ``[@]`` and
-        ``$'...'`` or a quote inside a double-quoted word are refused."""
+        unquoted literal characters ``split`` (and active), quoted or escaped ones literal, ``~``
+        expanded at its start where ``tilde`` (and after ``:`` in an assignment's word, not a
+        pattern's: bash's way). Inside double quotes a default
+        word is a double-quoted string whose backslash also quotes ``}`` (its single quotes and
+        ``~`` literal). ``$@``, ``$*``, ``[@]``, and ``"`` or ``$'...'`` inside a double-quoted
+        word are refused."""
         if not written:
             return []
         if re.search(r"\$[@*]|\$\{[#!]?[@*]|\[[@*]\]", written):
             raise self.refuse(node, "check does not model $@, $* or [@] inside the word of a parameter expansion")
         if "\n" in written or "`" in written:
             raise self.refuse(node, "check does not model a newline or a backquote inside a parameter expansion")
-        if self._double_quotes and not pattern:
-            if re.search(r'(?<!\\)(\\\\)*"', written) or "$'" in written or re.search(r'\\[^$`"\\}]', written):
+        if _in_string(node) and not pattern:
+            if re.search(r'(?<!\\)(\\\\)*"', written) or "$'" in written:
                 raise self.refuse(node, "check does not model quotes inside the word of a double-quoted expansion")
+            if re.search(r"(?<!\\)(\\\\)*\\\}", written):
+                if re.search(r"\$[{(]", written):
+                    raise self.refuse(node, "check does not model \\} beside an expansion in this word")
+                written = re.sub(r"\\(.)", lambda m: m.group(1) if m.group(1) == "}" else m.group(0), written)
             string = self._reparsed_word(node, f'"{written}"', "string")
             return [Piece(p.text, False, False) for p in self._string(string) if p is not BREAK]
         marked = _mark_blanks(written)
@@ -1239,18 +1296,19 @@ class Shell:
         found = []
         argument = self._reparsed_word(node, marked, None)
         parts = argument.children if argument.type == "concatenation" else [argument]
-        saved, self._double_quotes = self._double_quotes, 0
-        try:
-            for index, part in enumerate(parts):
-                if part.type == "word":
-                    found.extend(_literal_pieces(text(part), split, self._tilde if index == 0 and not pattern
-                                                 else None, part))
-                else:
-                    found.extend(p for p in self._pieces(part, quoted=not split, pattern=pattern, start=False)
-                                 if p is not BREAK)
-        finally:
-            self._double_quotes = saved
+        assignment = _in_assignment(node) and not pattern
+        for index, part in enumerate(parts):
+            if part.type == "word":
+                found.extend(_literal_pieces(text(part), split, self._home(node) if tilde else None,
+                                             (index == 0, index == len(parts) - 1), assignment))
+            else:
+                found.extend(p for p in self._pieces(part, quoted=not split, pattern=pattern, start=False)
+                             if p is not BREAK)
         return [Piece(p.text, False, p.active) for p in found] if pattern else found
+
+    def _home(self, node) -> Callable[[str], str]:
+        """A tilde-prefix (``~``, ``~user``) expanded as ``_tilde`` expands it."""
+        return lambda prefix: self._tilde(prefix, node, False)
 
     def _reparsed_word(self, node, written: str, kind: Optional[str]):
         """``written`` parsed as the one argument of a command; refused when it is not one word."""
@@ -1287,10 +1345,11 @@ class Shell:
             pattern_text, slash, replacement_text = _split_replacement(written, operator)
             if pattern_text is None:
                 raise self.refuse(node, "check cannot find where this pattern ends")
-            pattern = self._operand_pieces(node, pattern_text, split=False, pattern=True)
+            pattern = self._operand_pieces(node, pattern_text, split=False, pattern=True,
+                                           tilde=operator in ("/", "//"))  # bash: not after /# or /%
             if replacement_text.startswith("~"):
                 raise self.refuse(node, "check does not model ~ in a replacement")
-            replacement = self._operand_pieces(node, replacement_text, split=False, pattern=True)
+            replacement = self._operand_pieces(node, replacement_text, split=False, pattern=True, tilde=False)
             self._known(pattern + replacement, node)
             return self._bounded(words.replace(value, words.Pattern(pattern), _replacer(replacement, node, self),
                                                operator), node)
@@ -1338,11 +1397,14 @@ class Shell:
         return children[first].end_byte, children[-1].start_byte, children[first + 1:-1]
 
     def _bounds(self, node) -> list:
-        """``${V:o}``/``${V:o:n}``: the offset and length, each the arithmetic between its colons."""
+        """``${V:o}``/``${V:o:n}``: the offset and length, each the arithmetic between its colons
+        (an empty one 0, as in bash); ``${V:}`` is bash's error."""
         children = node.children
         colons = [i for i, child in enumerate(children) if child.type == ":"]
         if children[-1].type != "}" or not 1 <= len(colons) <= 2:
             raise self.refuse(node, "tree-sitter-bash divides this substring's bounds where bash may not")
+        if len(colons) == 1 and colons[0] == len(children) - 2 and children[-2].end_byte == children[-1].start_byte:
+            raise self.refuse(node, "an empty offset (bash's error: bad substitution)")
         ends = colons[1:] + [len(children) - 1]
         return [self._arithmetic(node, children[a].end_byte, children[b].start_byte, children[a + 1:b])
                 for a, b in zip(colons, ends, strict=True)]
@@ -1381,7 +1443,7 @@ class Shell:
         if name in self.variables:
             return scalar(self.variables[name])
         if name == "LINENO":
-            return str(line(node))
+            return self._lineno(node)
         return self.unknown(node, f"${name}")
 
     def _conditional(self, node) -> Optional[bool]:
@@ -1411,8 +1473,9 @@ class Shell:
                 if self.is_unknown(left) or any(self.is_unknown(p.text) for p in pieces):
                     return None
                 return words.regex_match(words.regex(pieces), left)
-            if operator in ("=", "==", "!="):
-                pieces = self._pieces(right_node, quoted=True, pattern=True)
+            if operator in ("=", "==", "!="):  # the fields of "${a[@]}" or $@ joined by a space, as bash does
+                pieces = [Piece(" ", False, False) if piece is BREAK else piece
+                          for piece in self._pieces(right_node, quoted=True, pattern=True)]
                 if self.is_unknown(left) or any(p is not BREAK and self.is_unknown(p.text) for p in pieces):
                     return None
                 return words.Pattern(pieces).match(left) != (operator == "!=")
@@ -1475,14 +1538,7 @@ class Shell:
         if operator == "-n":
             return operand != ""
         if operator == "-v":
-            element = re.fullmatch(r"([A-Za-z_]\w*)\[([0-9]+)\]", operand)
-            if element and element.group(1) in self.variables:
-                value = self.variables[element.group(1)]
-                items = value if isinstance(value, list) else [value]
-                return int(element.group(2)) < len(items)
-            if element and element.group(1) not in BASH_OWN:
-                return False
-            return self.name_set(operand, node)
+            return self._is_variable_set(operand, node)
         if operator in builtins.FILE_TESTS:
             if self.is_unknown(self.cwd):
                 return None
@@ -1494,6 +1550,21 @@ class Shell:
                             "to have the same files)")
             return found
         raise self.refuse(node, f"check does not model the test {operator}")
+
+    def _is_variable_set(self, operand: str, node) -> bool:
+        """``-v NAME`` (``name_set``) and ``-v NAME[N]`` (N an integer; a negative one counts from
+        the end); another subscript (arithmetic) or an element of bash's own arrays is refused."""
+        element = re.fullmatch(r"([A-Za-z_]\w*)\[\s*(-?[0-9]+)\s*\]", operand)
+        if element is None:
+            return self.name_set(operand, node)
+        name, index = element.group(1), int(element.group(2))
+        if name in BASH_OWN and name not in self.variables:
+            raise self.refuse(node, f"check does not model -v {operand}")
+        value = self.variables.get(name)
+        items = value if isinstance(value, list) else ([] if value is None else [value])
+        if index < 0 and index + len(items) < 0:
+            raise self.refuse(node, f"-v {operand}: a subscript before the first element (bash's error)")
+        return index < len(items) if index >= 0 else True
 
     # --- variables ----------------------------------------------------------------------------
 
@@ -1586,6 +1657,7 @@ def _expansions(nodes) -> list:
     return found
 
 
+_ARITHMETIC_ASSIGN = {"=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "^=", "|="}
 _WORDS = {"word", "string", "raw_string", "ansi_c_string", "simple_expansion", "expansion", "concatenation",
           "command_substitution", "arithmetic_expansion", "number", "translated_string", "extglob_pattern", "regex"}
 _OPERAND_SPECIAL = " \t;&|<>(){}#"
@@ -1664,22 +1736,29 @@ def _mark_blanks(written: str) -> Optional[str]:
     return "".join(out)
 
 
-def _literal_pieces(written: str, split: bool, tilde, node) -> list:
-    """A literal word of an operator's text: escaped characters literal, the rest ``split`` and
-    active; a leading ``~`` expanded by ``tilde`` when given."""
+def _literal_pieces(written: str, split: bool, tilde, ends: tuple, assignment: bool) -> list:
+    """A literal part of an operator's word: escaped characters literal, the rest ``split`` and
+    active; a tilde-prefix (up to ``/``, ``:`` or the word's end, nothing quoted in it) expanded by
+    ``tilde`` when given, at the word's start and, in an ``assignment``, after a ``:`` (``ends``:
+    whether this part starts the word, whether it ends it)."""
     written = "".join(_OPERAND_UNMARK.get(character, character) for character in written)
     found = []
-    if tilde is not None and written.startswith("~"):
-        prefix = re.match(r"~[^/\\ \t]*", written).group(0)
-        expanded = tilde(prefix, node, False)
-        if expanded != prefix:
-            found.append(Piece(expanded, False, False))
-            written = written[len(prefix):]
     for match in re.finditer(r"\\(.)|[^\\]+|\\$", written, re.S):
         if match.group(1) is not None:
             found.append(Piece(match.group(1), False, False))
-        else:
-            found.append(Piece(match.group(0), split, True))
+            continue
+        segment, done = match.group(0), 0
+        for prefix in re.finditer(r"~[^/:]*", segment) if tilde is not None else ():
+            at, end = prefix.span()
+            placed = (ends[0] and match.start() + at == 0) or (assignment and segment[at - 1:at] == ":")
+            if not placed or (end == len(segment) and (match.end() != len(written) or not ends[1])):
+                continue
+            expanded = tilde(prefix.group(0))
+            if expanded != prefix.group(0):
+                found += [Piece(segment[done:at], split, True)] * (at > done) + [Piece(expanded, False, False)]
+                done = end
+        if done < len(segment):
+            found.append(Piece(segment[done:], split, True))
     return found
 
 
@@ -1749,6 +1828,31 @@ def _only_all(node) -> bool:
         return False
     written = text(named[0])
     return written in ("$@", "${@}") or bool(re.fullmatch(r"\$\{(\w+\[@\]|@)(:(?![-=+?]).*)?\}", written, re.S))
+
+
+def _in_string(node) -> bool:
+    """Whether ``node`` is inside double quotes."""
+    while node is not None and node.type not in ("command", "variable_assignment", "case_statement"):
+        if node.type in ("string", "translated_string"):
+            return True
+        node = node.parent
+    return False
+
+
+def _in_assignment(node) -> bool:
+    """Whether ``node`` is in an assignment's value, outside double quotes."""
+    while node is not None and node.type not in ("command", "string", "translated_string"):
+        if node.type == "variable_assignment":
+            return True
+        node = node.parent
+    return False
+
+
+def _leading_blanks(node) -> int:
+    """How many bytes of blanks (and backslash-newlines) ``node``'s range holds before its own text."""
+    if node.type == "string_content":
+        return 0
+    return len(re.match(rb"(?:[ \t\n]|\\\n)*", node.text).group(0))
 
 
 def _misparsed(node) -> bool:
@@ -1852,4 +1956,8 @@ def _inert(node, functions: Mapping) -> bool:
         harmless = name is not None and os.path.basename(text(name)) in _HARMLESS_COMMANDS
         if not harmless and _expands(node):
             return False
+    if any(child.type in ("++", "--") for child in node.children) or (
+            node.type == "binary_expression" and node.named_children[:1] and node.named_children[0].type ==
+            "variable_name" and any(c.type in _ARITHMETIC_ASSIGN for c in node.children)):
+        return False  # an assignment in arithmetic
     return all(_inert(child, functions) for child in node.children)

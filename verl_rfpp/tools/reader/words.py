@@ -49,17 +49,28 @@ def _escape(text: str, index: int, octal_after_zero: bool) -> tuple[Optional[str
         end = start
         while end < len(text) and end < start + 3 and text[end] in _OCTAL:
             end += 1
-        return chr(int(text[start:end] or "0", 8) & 0xFF), end
+        return _byte(int(text[start:end] or "0", 8) & 0xFF), end
     if letter == "x":
         end = index + 2
         while end < len(text) and end < index + 4 and text[end] in _HEX:
             end += 1
         if end == index + 2:
             return "\\x", end
-        return chr(int(text[index + 2:end], 16)), end
+        return _byte(int(text[index + 2:end], 16)), end
     if letter in "uU":
         raise Unsupported(f"\\{letter} escapes (their output depends on the locale)")
     return "\\" + letter, index + 2
+
+
+def _byte(value: int) -> str:
+    """The byte an escape makes: a character below 0x80, else the byte as ``surrogateescape`` holds it."""
+    return chr(value) if value < 0x80 else chr(0xDC00 + value)
+
+
+def as_bytes(text: str) -> str:
+    """``text`` read again as UTF-8 bytes: bytes from escapes that spell a character become it
+    (``\\xE2\\x98\\xA0`` is one character), as bash's output is those bytes."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
 
 
 def ansi_c(body: str) -> str:
@@ -74,7 +85,7 @@ def ansi_c(body: str) -> str:
             raise Unsupported("\\c in $'...' (a control character)")
         character, index = _escape(body, index, octal_after_zero=False)
         out.append(character)
-    return "".join(out).split("\0", 1)[0]
+    return as_bytes("".join(out).split("\0", 1)[0])
 
 
 def echo_escapes(text: str) -> tuple[str, bool]:
@@ -87,9 +98,9 @@ def echo_escapes(text: str) -> tuple[str, bool]:
             continue
         character, index = _escape(text, index, octal_after_zero=True)
         if character is None:
-            return "".join(out), True
+            return as_bytes("".join(out)), True
         out.append(character)
-    return "".join(out), False
+    return as_bytes("".join(out)), False
 
 
 def printf(format_: str, arguments: Sequence[str]) -> str:
@@ -100,7 +111,7 @@ def printf(format_: str, arguments: Sequence[str]) -> str:
     while True:
         consumed = _printf_once(format_, arguments, out)
         if not arguments or not consumed:
-            return "".join(out)
+            return as_bytes("".join(out))
 
 
 def _printf_once(format_: str, arguments: list, out: list) -> bool:
@@ -148,7 +159,12 @@ def split(pieces: Sequence[Piece], ifs: str = DEFAULT_IFS) -> list[str]:
     """bash's word splitting of one word's pieces (POSIX's rules): IFS's blanks (space, tab,
     newline) separate fields and are trimmed, each other IFS character ends a field (an empty one
     between two of them), together with the blanks around it; an empty IFS splits nothing. A
-    field empty and unquoted is dropped."""
+    field empty and unquoted is dropped. The elements of an unquoted ``$@``/``$*`` are joined by
+    IFS's first character, then split (so an empty one is a field only where that character is
+    not a blank); quoted, or with an empty IFS, each is a field (an unquoted empty one none)."""
+    if ifs:
+        pieces = [Piece(ifs[0], True, False) if piece is BREAK and index and pieces[index - 1].split else piece
+                  for index, piece in enumerate(pieces)]
     fields, current, have, after_blank = [], "", False, False
     for piece in pieces:
         if piece is BREAK:
@@ -234,6 +250,9 @@ def _bracket(text: str, start: int, active: Sequence[bool], glob: bool = True) -
     index = start + 1
     negate = index < len(text) and text[index] in ("!^" if glob else "^") and active[index]
     index += negate
+    if negate and text[index:index + 1] == "]":
+        raise Unsupported("a negated bracket expression starting with ] (bash 5.2 matches it one way in case and "
+                          "[[ ]], another in ${V/p/r})")
     tests, first = [], True
     while index < len(text):
         character = text[index]

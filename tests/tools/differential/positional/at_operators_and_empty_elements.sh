@@ -1,0 +1,19 @@
+set -- "" "" ""
+W=(=$@=)
+set -- ""
+for D in ${@:-8}; do :; done
+set --
+P=${@+1}
+E=(${A[@]:-0} "${B[*]:-}")
+N=1
+if [ "${#W[@]}${#E[@]}" = 22 ]; then N=$D$P; fi
+python3 -m verl.trainer.main_ppo \
+    algorithm.adv_estimator=reinforce_plus_plus_baseline \
+    algorithm.gamma=1.0 \
+    algorithm.use_kl_in_reward=False \
+    actor_rollout_ref.rollout.n=$N \
+    actor_rollout_ref.actor.use_kl_loss=True \
+    actor_rollout_ref.actor.kl_loss_type=k2 \
+    actor_rollout_ref.actor.kl_loss_coef=0.01 \
+    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean \
+    actor_rollout_ref.actor.policy_loss.loss_mode=rfpp

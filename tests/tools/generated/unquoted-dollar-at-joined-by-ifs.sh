@@ -1,0 +1,10 @@
+# args: 'a' '' ':b' 'c: ' ' '
+# expect: exact
+IFS=' :'
+rec x09$*y =$@=
+IFS=': '
+rec $* =$@=
+IFS=:
+rec $@ x${*}
+IFS=
+rec $* =$@=
