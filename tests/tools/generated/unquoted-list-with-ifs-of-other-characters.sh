@@ -1,4 +1,4 @@
 # args: '~-~@}*a/' ':b[!/:^'
-# expect: refused
+# expect: exact
 IFS=' :'
 python3 -m verl.trainer.main_ppo trainer.experiment_name=x09$*

@@ -1046,10 +1046,6 @@ class Shell:
         return pieces
 
     def _value_pieces(self, value, quoted: bool, node) -> list:
-        if isinstance(value, _All) and not quoted and len(value.items) > 1 and \
-                any(character not in words.DEFAULT_IFS for character in self._ifs()):
-            raise self.refuse(node, "check does not model $@, $* or [@] unquoted with an IFS of other characters than "
-                                    "blanks")
         if isinstance(value, _All):
             if quoted and value.joined:
                 ifs = self.variables.get("IFS", words.DEFAULT_IFS)
