@@ -109,6 +109,7 @@ class Shell:
         self._calls = 0
         self._sources = 0
         self._unset_own: set = set()  # bash's own variables the script unset (whether set is then not known)
+        self._temporary: list = []  # the names of each ``A=1 f`` binding in force, innermost last
         self.files = [self.invoked_as]  # BASH_SOURCE reversed: the script, each source, each call's file
         self._defined_in: dict = {}  # a function's body -> the file that defined it
         self._node_line = 1
@@ -618,6 +619,9 @@ class Shell:
                 raise self.refuse(child, "check does not model unset of this name")
             if name in self.state.readonly or name in _SPECIAL_ASSIGNMENTS:
                 raise self.refuse(child, f"unset of {name}")
+            if mode != "-f" and any(name in names for names in self._temporary):
+                raise self.refuse(child, f"unset of {name} while an `{name}=... command` binding holds it (bash "
+                                         "then reveals the value beneath it, which check does not model)")
             if name in BASH_OWN and mode != "-f":
                 self._unset_own.add(name)
             holding = [scope for scope in self.state.locals if name in scope]
@@ -738,9 +742,11 @@ class Shell:
         for name, value in prefix.items():
             self._set(name, value, None)
             self.state.exported.add(name)
+        self._temporary.append(set(prefix))
         try:
             return run()
         finally:
+            self._temporary.pop()
             for name, (value, exported) in saved.items():
                 if value is None:
                     self.variables.pop(name, None)
