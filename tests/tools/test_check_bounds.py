@@ -88,7 +88,7 @@ CASES = {
     "0b1": (_text(f"{LAUNCH} n=$((0b1))\n"), "is not a number bash's arithmetic reads"),
     "a NUL byte": (_bytes(f"X=1\n{LAUNCH}\x00\n".encode()), None),
     "an undecodable byte in a sourced file": (_sourcing(f"X=\xff\x80\n{LAUNCH} n=$(( X ))\n".encode("latin-1")),
-                                              "expression bash"),
+                                              "in arithmetic (bash's syntax error)"),
     "a division by zero": (_text(f"{LAUNCH} n=$((1/0))\n"), "division by zero"),
 }
 
