@@ -1,3 +1,4 @@
-# args: p
+# args: Qwen/Qwen2.5-7B
 # expect: exact
-rec $1z $10
+rec $2z'a"b'
+rec $1z

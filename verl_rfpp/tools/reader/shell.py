@@ -976,14 +976,22 @@ class Shell:
             if b"\\\n" in name.text:
                 raise self.refuse(node, "a backslash-newline after $ (bash joins the lines into the name)")
             if name.type == "variable_name" and text(name)[0].isdigit() and len(text(name)) > 1:
-                first = self.positional[0] if self.positional else self._unset("1", strict=True)
-                return [Piece(first + text(name)[1:], not quoted, not quoted)]  # $10 is ${1}0
+                digit = text(name)[0]  # $10 is ${1}0, $2z is ${2}z
+                first = self._lookup_parameter(digit)
+                return [Piece(first + text(name)[1:], not quoted, not quoted)]
             return self._value_pieces(self._lookup(name, strict=True), quoted, node)
         if kind == "expansion":
             return self._expansion(node, quoted)
         if kind == "command_substitution":
             return [Piece(self.substitute(node), not quoted, not quoted)]
         return [Piece(self._arithmetic_text(node), not quoted, not quoted)]
+
+    def _lookup_parameter(self, digit: str) -> str:
+        """``$0``..``$9``: the script as invoked, or a positional parameter (unset: ``set -u`` applies)."""
+        if digit == "0":
+            return self.invoked_as
+        index = int(digit)
+        return self.positional[index - 1] if index <= len(self.positional) else self._unset(digit, strict=True)
 
     def _tilde(self, written: str, node, assignment: bool, start: bool = True) -> str:
         """Tilde expansion: ``~`` and ``~/...`` at the word's start (and after ``:`` in an
