@@ -242,7 +242,9 @@ def test_a_raylet_that_ends_is_named_before_the_workers_that_end_with_it(monkeyp
     result = launch.RunResult(returncode=-1, planned_steps=2)
     try:
         deadline = time.monotonic() + 10
-        while len(titles := {guard.title(pid): pid for pid in guard.members({trainer.pid}, {})}) < 3:
+        names = {"ray::WorkerDict.update_actor", "/x/ray/core/src/ray/raylet/raylet"}
+        # both children have exec'd under their titles (before that, one may still be `bash -c`)
+        while not names <= set(titles := {guard.title(pid): pid for pid in guard.members({trainer.pid}, {})}):
             assert time.monotonic() < deadline, titles
             time.sleep(0.05)
         watching = threading.Thread(target=launch._watch_workers, args=(trainer, result, 2, tmp_path), daemon=True)
