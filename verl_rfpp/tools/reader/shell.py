@@ -986,12 +986,12 @@ class Shell:
             return [Piece(self.substitute(node), not quoted, not quoted)]
         return [Piece(self._arithmetic_text(node), not quoted, not quoted)]
 
-    def _lookup_parameter(self, digit: str) -> str:
-        """``$0``..``$9``: the script as invoked, or a positional parameter (unset: ``set -u`` applies)."""
-        if digit == "0":
+    def _lookup_parameter(self, number: str, strict: bool = True) -> str:
+        """``$0``, ``$1``...: the script as invoked, or a positional parameter (unset: ``set -u`` applies)."""
+        if number == "0":
             return self.invoked_as
-        index = int(digit)
-        return self.positional[index - 1] if index <= len(self.positional) else self._unset(digit, strict=True)
+        index = int(number)
+        return self.positional[index - 1] if index <= len(self.positional) else self._unset(number, strict)
 
     def _tilde(self, written: str, node, assignment: bool, start: bool = True) -> str:
         """Tilde expansion: ``~`` and ``~/...`` at the word's start (and after ``:`` in an
@@ -1084,13 +1084,8 @@ class Shell:
             return str(len(self.positional))
         if name == "?":
             return self.unknown(name_node, "$?") if self.status is None else str(self.status)
-        if name == "0":
-            return self.invoked_as
         if name.isdigit():
-            index = int(name)
-            if index <= len(self.positional):
-                return self.positional[index - 1]
-            return self._unset(name, strict)
+            return self._lookup_parameter(name, strict)
         if name in self.variables:
             return scalar(self.variables[name])
         if name == "LINENO":
