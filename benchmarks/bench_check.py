@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "tests" / "tools" / "scripts" / "verl"
 NAME = "algorithm.adv_estimator=reinforce_plus_plus_baseline"
-CLI = [sys.executable, "-m", "verl_rfpp.tools.cli"]
+CLI = [sys.executable, "-m", "verl_rfpp.cli"]
 CASES = {
     "check OVERRIDES": [*CLI, "check", NAME],
     "check SCRIPT grpo_trainer/run_deepseek7b_llm.sh": [*CLI, "check", str(EXAMPLES / "grpo_trainer" /
@@ -49,7 +49,7 @@ verl_done = time.process_time()
 from verl_rfpp import plugin
 plugin.hooks_status()
 hooks_done = time.process_time()
-from verl_rfpp.tools import doctor
+from verl_rfpp.cli import doctor
 doctor.cpu_kernels_checks()
 print(verl_done - start, hooks_done - verl_done, time.process_time() - hooks_done)
 """

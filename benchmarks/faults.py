@@ -87,7 +87,7 @@ def demo(out: Path, *options: str) -> subprocess.Popen:
     ``OUT.<time>.log`` (``_demo_output``)."""
     log = open(f"{out}.{time.time_ns()}.log", "w")
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "demo", "--steps", str(STEPS),
+    return subprocess.Popen([sys.executable, "-m", "verl_rfpp.cli", "demo", "--steps", str(STEPS),
                              *options, "--out", str(out)], stdout=log, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
 

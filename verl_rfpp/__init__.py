@@ -2,7 +2,7 @@
 
 Importing this package has no side effect on verl. verl loads ``verl_rfpp.plugin`` through the
 ``verl.plugins`` entry point, and that module registers the estimators. The public names below
-are imported on first use (PEP 562), so ``import verl_rfpp.tools.cli`` alone loads neither torch nor
+are imported on first use (PEP 562), so ``import verl_rfpp.cli.main`` alone loads neither torch nor
 verl (``verl-rfpp recipe`` prints in well under a second).
 """
 

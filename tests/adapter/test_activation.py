@@ -82,7 +82,7 @@ def test_importing_every_other_module_changes_nothing_in_verl():
                             capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert {"verl_rfpp.adapter.table", "verl_rfpp.adapter.registries", "verl_rfpp.tools.cli",
+    assert {"verl_rfpp.adapter.table", "verl_rfpp.adapter.registries", "verl_rfpp.cli.main",
             "verl_rfpp.estimators", "verl_rfpp.validation", "verl_rfpp.catalog", "verl_rfpp.cpu",
             "verl_rfpp.cpu.platform",
             "verl_rfpp.cpu.agent", "verl_rfpp.cpu.rollout", "verl_rfpp.cpu.patches",

@@ -19,7 +19,7 @@ from support.composed import fresh as compose
 from verl_rfpp import catalog, estimators, validation
 from verl_rfpp.adapter import registries, table
 from verl_rfpp.adapter.patching import is_ours
-from verl_rfpp.tools import cli
+from verl_rfpp.cli import main as cli
 
 
 def floored_baseline(token_level_rewards, response_mask, index, *, session=None):

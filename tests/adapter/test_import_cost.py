@@ -50,7 +50,7 @@ def test_registries_are_ours_whichever_way_verl_is_reached():
 
 CHECKED = """
 import json, sys
-from verl_rfpp.tools import cli
+from verl_rfpp.cli import main as cli
 code = cli.main(["check", *sys.argv[1:]])
 print(json.dumps([code, sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "verl"))]))
 """

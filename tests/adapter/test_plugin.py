@@ -151,7 +151,7 @@ def test_a_verl_without_the_plugin_loader_is_named_by_recipe_and_demo(monkeypatc
     """Measured on a real verl 0.8.0 too (CHANGELOG); here the installed version reads 0.8.0."""
     from importlib import metadata
 
-    from verl_rfpp.tools import cli
+    from verl_rfpp.cli import main as cli
 
     real = metadata.version
     monkeypatch.setattr(metadata, "version", lambda name: "0.8.0" if name == "verl" else real(name))

@@ -12,9 +12,9 @@ from support.batches import make_batch
 
 from verl_rfpp import plugin, validation
 from verl_rfpp.adapter.compose import compose_verl_config
+from verl_rfpp.cli import main as cli
 from verl_rfpp.core.metrics import STEP_METRICS
 from verl_rfpp.cpu import demo
-from verl_rfpp.tools import cli
 
 pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
 

@@ -12,7 +12,7 @@ import verl.utils.config as verl_config
 from verl_rfpp import validation
 from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.adapter.table import VALIDATE_CONFIG
-from verl_rfpp.tools import cli
+from verl_rfpp.cli import main as cli
 
 pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
 

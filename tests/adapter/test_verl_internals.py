@@ -32,7 +32,7 @@ from verl_rfpp import plugin, validation
 from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.adapter.patching import ABSENT, _resolve
 from verl_rfpp.adapter.table import TABLE
-from verl_rfpp.tools import cli
+from verl_rfpp.cli import main as cli
 
 pytestmark = pytest.mark.slow  # three fresh processes, each importing verl's trainers
 
@@ -135,7 +135,7 @@ PROBE = r"""
 import json, sys
 import numpy as np, torch
 import verl  # loads the plugin through its entry point
-from verl_rfpp.tools import cli
+from verl_rfpp.cli import main as cli
 from verl_rfpp import plugin
 from verl_rfpp import validation
 from verl_rfpp.adapter.compose import compose_verl_config

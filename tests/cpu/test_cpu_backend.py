@@ -298,7 +298,7 @@ def test_progress_line_shows_reward_kl_adv_std_and_seconds():
 
 
 def test_help_is_plain_text(capsys):
-    from verl_rfpp.tools import cli
+    from verl_rfpp.cli import main as cli
 
     for command in ([], ["demo"], ["curves"]):
         assert cli.main([*command, "--help"]) == 0

@@ -16,8 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from verl_rfpp.cli import main as cli
 from verl_rfpp.cpu import assets, launch, rollout
-from verl_rfpp.tools import cli
 
 ESTIMATOR = "reinforce_plus_plus_baseline"
 

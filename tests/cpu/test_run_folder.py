@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from verl_rfpp.cli import main as cli
 from verl_rfpp.cpu import demo, launch
-from verl_rfpp.tools import cli
 
 SETTINGS = {"--estimator": "reinforce_plus_plus_baseline", "--legacy": False, "--ranks": 1, "--nodes": 1,
             "--seed": 0, "--multi-turn": False}

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from verl_rfpp.cli import main as cli
 from verl_rfpp.curves import noisy_analysis, noisy_report, noisy_reward, noisy_runs, noisy_task, stats
 from verl_rfpp.curves.runs import METHODS
-from verl_rfpp.tools import cli
 
 P = noisy_task.PREFIX
 

@@ -9,8 +9,8 @@ import math
 
 import pytest
 
+from verl_rfpp.cli import main as cli
 from verl_rfpp.curves import noisy_task, report
-from verl_rfpp.tools import cli
 
 P = noisy_task.PREFIX
 

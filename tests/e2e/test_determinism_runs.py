@@ -21,8 +21,8 @@ import psutil
 import pytest
 from support.trainer_runs import run_processes, two_output_run
 
+from verl_rfpp.cli import main as cli
 from verl_rfpp.cpu import demo, launch, trace
-from verl_rfpp.tools import cli
 
 ESTIMATOR = "reinforce_plus_plus_baseline"
 
@@ -76,7 +76,7 @@ def _kill_demo(arguments: list[str], out: Path, ready) -> KilledRun:
     (the group: the launcher; the trainer runs in a session of its own) once ``ready()``."""
     printed = out.parent / f"{out.name}.out"
     with open(printed, "w") as stdout:
-        demo = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "demo", *arguments, "--out", str(out)],
+        demo = subprocess.Popen([sys.executable, "-m", "verl_rfpp.cli", "demo", *arguments, "--out", str(out)],
                                 stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 900
         while not ready() and demo.poll() is None and time.monotonic() < deadline:
@@ -134,7 +134,7 @@ def one_rank_runs(tmp_path_factory):
     for name, cut in ((launch.VERL_METRICS, '{"step": 3, "data": {"critic/sc'), (trace.TRACE_FILE, "tokens pid=1 ra")):
         with open(out / name, "a") as handle:  # as a kill in the middle of a write leaves them
             handle.write(cut)
-    doctor = subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", "doctor"], capture_output=True, text=True,
+    doctor = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "doctor"], capture_output=True, text=True,
                             timeout=600)
     resumed = _demo(["--steps", "4", "--resume"], out)
     assert resumed.code == 0, resumed.out

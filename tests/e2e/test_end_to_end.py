@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 from support.users_cluster import users_cluster
 
+from verl_rfpp.cli import main as cli
+from verl_rfpp.cli import multinode
 from verl_rfpp.cpu import demo, launch, trace
 from verl_rfpp.curves import runs
-from verl_rfpp.tools import cli, multinode
 
 pytestmark = pytest.mark.e2e
 

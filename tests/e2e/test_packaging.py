@@ -91,7 +91,7 @@ def test_wheel_holds_the_package_license_and_nothing_else(built: tuple[Path, Pat
     assert "License-Expression: Apache-2.0" in metadata
     assert re.search(r"(?m)^Requires-Dist: torch>=", metadata)
     assert re.search(r"(?ms)^\[verl\.plugins\]\s*\nverl_rfpp = verl_rfpp\.plugin$", entry_points)
-    assert "verl-rfpp = verl_rfpp.tools.cli:main" in entry_points
+    assert "verl-rfpp = verl_rfpp.cli.main:main" in entry_points
 
 
 def test_sdist_holds_sources_docs_and_tests_but_no_run_outputs(built: tuple[Path, Path, str]) -> None:

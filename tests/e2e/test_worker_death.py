@@ -45,7 +45,7 @@ def _title(process: psutil.Process) -> str:
 def test_a_dead_worker_stops_the_demo_in_one_line_and_leaves_it_resumable(tmp_path, ranks):
     out, printed = tmp_path / "run", tmp_path / "demo.out"
     with open(printed, "w") as stdout:
-        demo = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "demo", "--steps", "2", "--save-every",
+        demo = subprocess.Popen([sys.executable, "-m", "verl_rfpp.cli", "demo", "--steps", "2", "--save-every",
                                  "1", "--ranks", str(ranks), "--out", str(out)], stdout=stdout,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -82,7 +82,7 @@ def test_a_dead_worker_stops_the_demo_in_one_line_and_leaves_it_resumable(tmp_pa
 
 
 def _cli(*arguments: str) -> list[str]:
-    return [sys.executable, "-m", "verl_rfpp.tools.cli", "demo", "--resume", "--steps", "2", "--save-every", "1",
+    return [sys.executable, "-m", "verl_rfpp.cli", "demo", "--resume", "--steps", "2", "--save-every", "1",
             "--out", *arguments]
 
 

@@ -1,5 +1,5 @@
 """Every examples/*.sh launches one main_ppo run of one of our estimators, and passes the contract
-(``verl-rfpp check SCRIPT``: the script itself, read through ``verl_rfpp.tools.scripts``)."""
+(``verl-rfpp check SCRIPT``: the script itself, read through ``verl_rfpp.cli.scripts``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_rfpp.tools import cli, scripts
+from verl_rfpp.cli import main as cli
+from verl_rfpp.cli import scripts
 
 pytestmark = pytest.mark.slow  # composes verl's config for every example
 

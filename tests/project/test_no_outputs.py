@@ -37,7 +37,7 @@ def test_check_and_main_ppo_write_nothing_into_the_cwd(tmp_path):
     cwd.mkdir()
     env = {**os.environ, "RAY_ADDRESS": ""}
     before = _snapshot(cwd)
-    check = subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", "check", *BASE],
+    check = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "check", *BASE],
                            cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
     assert check.returncode == 0, check.stdout + check.stderr
     # the suite's main_ppo path (test_validation): a refused config, Hydra's run dir in a temp dir

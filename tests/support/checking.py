@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from verl_rfpp.tools import cli
+from verl_rfpp.cli import main as cli
 
 AR = "actor_rollout_ref"
 

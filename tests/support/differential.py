@@ -55,7 +55,7 @@ from verl_rfpp import (
     validation,  # noqa: E402
 )
 from verl_rfpp.adapter import compose  # noqa: E402
-from verl_rfpp.tools import cli  # noqa: E402
+from verl_rfpp.cli import main as cli  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent.parent
 CORPUS = TESTS / "tools" / "differential"
@@ -364,7 +364,7 @@ def _child_check(overrides: Sequence[str], changed: dict, cwd: str, tmp: Path) -
             environment[key] = value
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (changed.get("PYTHONPATH"), ours) if p)
     environment["TMPDIR"] = str(tmp)  # its log file: in the sandbox
-    result = subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", "check", *overrides], cwd=cwd,
+    result = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "check", *overrides], cwd=cwd,
                             env=environment, capture_output=True, text=True, timeout=300)
     return result.returncode, result.stdout
 

@@ -116,7 +116,7 @@ def test_a_bound_is_one_line_exit_2_before_verl_within_2_s_and_300_mb(case, tmp_
         # A small process of our own runs check and reads its rusage: a child forked from a pytest
         # worker holding 500 MB reports that in its ru_maxrss (seen in CI), whatever check used.
         child = subprocess.run([sys.executable, "-c", _MEASURE, str(usage_file), sys.executable, "-m",
-                                "verl_rfpp.tools.cli", "check", str(script)], cwd=tmp_path, env=environment,
+                                "verl_rfpp.cli", "check", str(script)], cwd=tmp_path, env=environment,
                                stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, timeout=120)
     usage = json.loads(usage_file.read_text())
     printed, errors = out.read_text(), err.read_text()

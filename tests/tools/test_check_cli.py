@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from verl_rfpp import validation
-from verl_rfpp.tools import cli
+from verl_rfpp.cli import main as cli
 
 pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
 
@@ -24,7 +24,7 @@ RFPP = list(validation.RECIPES["reinforce_plus_plus"])
 
 def _check(*overrides, **env):
     result = subprocess.run(
-        [sys.executable, "-m", "verl_rfpp.tools.cli", "check", *overrides],
+        [sys.executable, "-m", "verl_rfpp.cli", "check", *overrides],
         capture_output=True, text=True, timeout=300, env={**os.environ, **env},
     )
     return result.returncode, result.stdout, result.stderr
@@ -239,7 +239,7 @@ def test_tests_import_no_cli_internals():
     tests = Path(__file__).resolve().parents[1]
     for path in tests.rglob("*.py"):
         text = path.read_text()
-        assert not re.search(r"\bcli\._|from verl_rfpp\.cli import (?!main\b)", text), path.name
+        assert not re.search(r"\bcli\._|from verl_rfpp\.cli\.main import (?!main\b)", text), path.name
 
 
 @pytest.mark.parametrize("variable,value,words", [

@@ -333,7 +333,7 @@ def test_a_script_path_with_equals_or_spaces_is_a_script(place, witnessed):
 @pytest.mark.slow  # the command in a process of its own
 @pytest.mark.parametrize("name", ["trap_term.sh", "setsid_sleep.sh"])
 def test_the_command_in_a_process_of_its_own_with_a_planted_log_symlink(name, tmp_path, server):
-    """``python -m verl_rfpp.tools.cli check SCRIPT`` with a symlink planted where the old check wrote
+    """``python -m verl_rfpp.cli check SCRIPT`` with a symlink planted where the old check wrote
     its fixed log ($TMPDIR/verl-rfpp-check.log): the link's target, the run directory, the server
     and the process table are as before, and the command returned within the bound."""
     tree, scratch = tmp_path / "tree", tmp_path / "tmpdir"
@@ -348,7 +348,7 @@ def test_the_command_in_a_process_of_its_own_with_a_planted_log_symlink(name, tm
            "PATH": f"{tree / 'bin'}:{os.environ['PATH']}",
            "WITNESS_URL": f"http://127.0.0.1:{server.server_address[1]}"}
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", "check", name], cwd=tree, env=env,
+    done = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "check", name], cwd=tree, env=env,
                           capture_output=True, text=True, timeout=120)
     seconds = time.monotonic() - start
     time.sleep(0.2)

@@ -63,7 +63,7 @@ def _check(tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(scratch)}
-    return subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", "check", *options, "run.sh"], cwd=tmp_path,
+    return subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "check", *options, "run.sh"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300)
 
 

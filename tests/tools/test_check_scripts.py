@@ -3,7 +3,7 @@ verl's own example scripts (tests/tools/scripts/, copied from verl's repository)
 examples/, and scripts of the same shapes. For each: the first verdict and its rule ids, the
 printed Fix: command, and that command checked again: OK, with the KL the script had still on
 (in the method's form, with the script's coefficient). Scripts are read, never run
-(verl_rfpp.tools.scripts); real Hydra composition."""
+(verl_rfpp.cli.scripts); real Hydra composition."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from support.checking import kl as _kl
 
 from verl_rfpp import catalog, validation
 from verl_rfpp.adapter.compose import compose_verl_config
-from verl_rfpp.tools import scripts
+from verl_rfpp.cli import scripts
 
 pytestmark = pytest.mark.slow  # composes verl's config twice per case
 

@@ -20,7 +20,7 @@ from support.checking import check, kl
 
 from verl_rfpp import catalog
 from verl_rfpp.adapter import compose
-from verl_rfpp.tools import scripts
+from verl_rfpp.cli import scripts
 
 pytestmark = pytest.mark.slow  # 126 checks and their Fix commands
 

@@ -26,8 +26,9 @@ from support.composed import compose
 
 from verl_rfpp import catalog, validation
 from verl_rfpp.adapter import verdict
+from verl_rfpp.cli import cluster_doctor
+from verl_rfpp.cli import main as cli
 from verl_rfpp.cpu import demo
-from verl_rfpp.tools import cli, cluster_doctor
 
 pytestmark = pytest.mark.usefixtures("cached_composition")  # tests/conftest.py: the tier's cached composition
 
@@ -220,13 +221,13 @@ def test_a_name_lookup_that_hangs_is_cut_at_its_bound(monkeypatch):
 # --- commands that start processes: only their own lines; Ctrl-C ---------------------------------
 
 def _run(*argv, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "verl_rfpp.cli", *argv], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.slow
 def test_recipe_imports_neither_verl_nor_torch_and_prints_only_the_recipe():
-    code = ("import json, sys\nfrom verl_rfpp.tools.cli import main\ncode = main(['recipe', 'reinforce_plus_plus'])\n"
+    code = ("import json, sys\nfrom verl_rfpp.cli.main import main\ncode = main(['recipe', 'reinforce_plus_plus'])\n"
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\nsys.exit(code)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
@@ -277,7 +278,7 @@ def _interrupt(argv, tmp_path, started):
     stdout so far), send SIGINT to its process group as a terminal's Ctrl-C does; its result."""
     marker = f"verl-rfpp-interrupt-{os.getpid()}-{tmp_path.name}"
     env = {**os.environ, "TMPDIR": str(tmp_path), "VERL_RFPP_TEST_MARKER": marker}
-    process = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", *argv], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "verl_rfpp.cli", *argv], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
                                preexec_fn=_as_a_shell_starts_it)
     lines: list[str] = []

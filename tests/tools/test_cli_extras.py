@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from verl_rfpp.tools import cli
+from verl_rfpp.cli import main as cli
 
 BLOCKED_IMPORT = textwrap.dedent("""
     import sys
@@ -23,7 +23,7 @@ BLOCKED_IMPORT = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, Blocker())
-    from verl_rfpp.tools.cli import main
+    from verl_rfpp.cli.main import main
     sys.exit(main({argv!r}))
 """)
 

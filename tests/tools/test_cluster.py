@@ -63,7 +63,7 @@ def test_the_cluster_has_its_own_raylets_on_loopback(cluster):
 
 
 def test_doctor_ray_auto_reports_every_node_ok(cluster):
-    result = _run("-m", "verl_rfpp.tools.cli", "doctor", "--ray", "auto")
+    result = _run("-m", "verl_rfpp.cli", "doctor", "--ray", "auto")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = _node_lines(result.stdout)
     assert len(lines) == 2 and all(line.startswith("OK") for line in lines), result.stdout
@@ -83,10 +83,10 @@ def test_worker_check_passes_on_every_node(cluster):
 
 
 # The dying node's Python runs this ``sitecustomize`` (its PYTHONPATH): the node's doctor process
-# (``python -m verl_rfpp.tools.cli doctor``, started by the node check) says it started, then blocks
+# (``python -m verl_rfpp.cli doctor``, started by the node check) says it started, then blocks
 # until the test removes its node (and kills it by pid). Every other process goes on unchanged.
 HANGING_DOCTOR = """import os, pathlib, sys, time
-if sys.orig_argv[1:3] == ["-m", "verl_rfpp.tools.cli"]:
+if sys.orig_argv[1:3] == ["-m", "verl_rfpp.cli"]:
     pathlib.Path({started!r}).write_text(str(os.getpid()))
     time.sleep(600)
 """
@@ -100,7 +100,7 @@ def test_doctor_ray_fails_naming_the_excluded_node_and_the_node_that_died_and_re
     shadow.mkdir()
     (shadow / "sitecustomize.py").write_text(HANGING_DOCTOR.format(started=str(started)))
     dying = cluster.add_node({"PYTHONPATH": os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")])})
-    doctor = subprocess.Popen([sys.executable, "-m", "verl_rfpp.tools.cli", "doctor", "--ray", cluster.address],
+    doctor = subprocess.Popen([sys.executable, "-m", "verl_rfpp.cli", "doctor", "--ray", cluster.address],
                               env=ray_cluster.loopback_environment(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
@@ -150,7 +150,7 @@ def test_doctor_ray_on_an_address_without_a_cluster_ends_within_30_s(listening):
         else:
             port = _closed_port()
         started = time.monotonic()
-        result = _run("-m", "verl_rfpp.tools.cli", "doctor", "--ray", f"127.0.0.1:{port}")
+        result = _run("-m", "verl_rfpp.cli", "doctor", "--ray", f"127.0.0.1:{port}")
         took = time.monotonic() - started
     assert result.returncode == 2, result.stdout + result.stderr
     assert took < ADDRESS_VERDICT_S, took

@@ -37,7 +37,7 @@ def test_a_command_leaves_its_temporary_directory_as_it_found_it(name, tmp_path)
                                      f"python3 -m verl.trainer.main_ppo {' '.join(BASELINE)}\n")
     env = {**os.environ, "TMPDIR": str(scratch), "HOME": str(home), "PATH": f"{bin_}:{os.environ['PATH']}"}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # tests/conftest.py's: a user's command has torch's default
-    done = subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", *COMMANDS[name]], cwd=tmp_path, env=env,
+    done = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", *COMMANDS[name]], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert os.listdir(scratch) == [] and os.listdir(home) == [], (os.listdir(scratch), os.listdir(home))

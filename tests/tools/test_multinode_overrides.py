@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from verl_rfpp.adapter.compose import compose_verl_config
+from verl_rfpp.cli import main as cli
+from verl_rfpp.cli import multinode
 from verl_rfpp.cpu import launch
-from verl_rfpp.tools import cli, multinode
 
 pytestmark = pytest.mark.slow  # runs launch scripts (bash) with stand-ins
 

@@ -1,4 +1,4 @@
-"""``verl_rfpp.tools.quiet``: other libraries' lines are routed away and mentioned only when one of
+"""``verl_rfpp.cli.quiet``: other libraries' lines are routed away and mentioned only when one of
 them reads as an error; nothing of it is left in the temporary directory unless it names it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from verl_rfpp.tools import quiet
+from verl_rfpp.cli import quiet
 
 WARNINGS = (b"/site-packages/verl/workers/engine/__init__.py:32: UserWarning: torchtitan engine is not available: "
             b"ModuleNotFoundError(\"No module named 'torchtitan'\")\n  warnings.warn(f\"...\", stacklevel=1)\n"

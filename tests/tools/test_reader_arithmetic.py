@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from verl_rfpp.tools import scripts
+from verl_rfpp.cli import scripts
 from verl_rfpp.tools.reader import arithmetic
 from verl_rfpp.tools.reader.words import Unsupported, printf
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_rfpp.tools import scripts
+from verl_rfpp.cli import scripts
 
 LAUNCH = "python3 -m verl.trainer.main_ppo"
 

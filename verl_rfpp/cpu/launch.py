@@ -303,7 +303,7 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
     """The recipe plus what a 2-core CPU run of the tiny model needs, on ``ranks`` FSDP ranks. With
     ``nodes > 1``: one rank per node of the Ray cluster at ``address``, and instead of the recipe
     the multi-node example's overrides ``example`` (read from the script by the command line,
-    ``verl_rfpp.tools.multinode``), all but ``REPLACED_FOR_CPU``.
+    ``verl_rfpp.cli.multinode``), all but ``REPLACED_FOR_CPU``.
     ``save_every``: verl's checkpoint every that many steps and at the last (``trainer.save_freq``);
     ``resume``: continue from the latest one in ``out_dir/checkpoints`` (``trainer.resume_mode=auto``),
     otherwise start afresh (``disable``). verl's ``file`` logger always writes every step's metrics;
@@ -311,7 +311,7 @@ def trainer_overrides(estimator: str, paths: dict, steps: int, legacy: bool, out
     the seed (docs/cpu-backend.md, "Same seed, same run")."""
     if nodes > 1 and not example:
         raise LaunchError("a run on several nodes runs the multi-node example's overrides: pass them as ``example`` "
-                          "(verl_rfpp.tools.multinode.example_overrides)")
+                          "(verl_rfpp.cli.multinode.example_overrides)")
     example = list(example) if nodes > 1 else []
     samples = next((int(o.split("=", 1)[1]) for o in example if o.startswith("actor_rollout_ref.rollout.n=")),
                    SAMPLES)

@@ -1,7 +1,7 @@
 """``verl-rfpp doctor --ray ADDRESS``: the local doctor on every alive node of a Ray cluster.
 
 On each node a Ray task (pinned there, ``NodeAffinitySchedulingStrategy(soft=False)``) starts a
-fresh Python process with that node's environment, ``python -m verl_rfpp.tools.cli doctor --json``,
+fresh Python process with that node's environment, ``python -m verl_rfpp.cli doctor --json``,
 exactly what a person running ``verl-rfpp doctor`` on that node gets. The task's function is
 pickled by value and imports nothing of ours, so a node without verl-rfpp reports that instead of
 failing to unpickle. A node is OK when its report is healthy and its verl-rfpp and verl versions
@@ -29,9 +29,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
+from verl_rfpp.cli.doctor import DISTRIBUTION, Report
 from verl_rfpp.cpu import cluster
 from verl_rfpp.errors import RfppError
-from verl_rfpp.tools.doctor import DISTRIBUTION, Report
 
 PROBE_TIMEOUT_S = 300  # one node's doctor: import verl, compile the CPU kernels (numba)
 CONNECT_TIMEOUT_S = 5  # the TCP connection to an explicit address
@@ -152,7 +152,7 @@ def probe(timeout):
     import json, os, socket, subprocess, sys
     import ray
     node = ray.get_runtime_context().get_node_id()
-    run = subprocess.run([sys.executable, "-m", "verl_rfpp.tools.cli", "doctor", "--json"], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "doctor", "--json"], capture_output=True,
                          text=True, timeout=timeout)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     report = json.loads(lines[-1]) if lines else None

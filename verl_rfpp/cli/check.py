@@ -1,4 +1,4 @@
-"""``verl-rfpp check``: a launch script's main_ppo runs (read by ``verl_rfpp.tools.scripts``, never
+"""``verl-rfpp check``: a launch script's main_ppo runs (read by ``verl_rfpp.cli.scripts``, never
 run) or main_ppo's overrides, each composed as main_ppo would and judged by ``verdict.judge_config``
 (docs/contract.md section 6.5). ``command`` is what the CLI calls; the rest is how a run's lines
 are made."""
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from verl_rfpp import validation
-from verl_rfpp.tools import quiet
+from verl_rfpp.cli import quiet
 
 HELP = """SCRIPT: a bash launch script that starts python -m verl.trainer.main_ppo. It is read, never
 run: check parses it (tree-sitter-bash) and evaluates only what bash decides by itself
@@ -98,7 +98,7 @@ def check_command(words: Sequence[str], verbose: bool = False, config_path: Opti
 
 def _command(words: list, verbose: bool, config_path: Optional[str], config_name: Optional[str],
              import_user_modules: bool) -> int:
-    from verl_rfpp.tools import scripts
+    from verl_rfpp.cli import scripts
 
     try:
         script = bool(words) and scripts.is_script(words[0])
@@ -134,7 +134,7 @@ def _command(words: list, verbose: bool, config_path: Optional[str], config_name
 def _check_overrides(words: list, verbose: bool, config_path: Optional[str], config_name: Optional[str]) -> int:
     """``check [-v] [-cp DIR] [-cn NAME] OVERRIDES``: one verdict on the overrides, read by main_ppo's
     own parser (``scripts.parse_main_ppo``)."""
-    from verl_rfpp.tools import scripts
+    from verl_rfpp.cli import scripts
 
     verbose = verbose or any(word in ("-v", "--verbose") for word in words)
     given = [*(("--config-path", config_path) if config_path else ()),
@@ -167,7 +167,7 @@ def _judge_launch(launch, reading, script: str, loads: Environments, extra: Sequ
     only the value of keys the verdict does not read and two stand-ins of it (a word and a number)
     give the same status and rule ids. ``loads``: what verl loads in each environment met so far
     (one child process per environment)."""
-    from verl_rfpp.tools import scripts
+    from verl_rfpp.cli import scripts
 
     try:
         run = scripts.parse_main_ppo([*launch.known("unknown"), *extra])
@@ -396,7 +396,7 @@ def _fix_endings(script: str, extra: Sequence[str], reading, runs: Sequence[Judg
 def _command_fails(script, extra, fixes, reading, runs, refused, loads) -> Optional[str]:
     """Why ``bash SCRIPT EXTRA FIXES`` does not make every run accepted with the KL it should keep
     (``None``: it does), from the script read again with those arguments."""
-    from verl_rfpp.tools import scripts
+    from verl_rfpp.cli import scripts
 
     if any(run.status not in (0, 1) for run in runs):
         return "a run of the script is not judged (exit 2 or 3), so no command can be verified"
@@ -431,7 +431,7 @@ def _stand_in_reasons(script, extra, count, reading, fixes) -> str:
     """What the script does with ``count`` arguments appended after ``extra``, found by reading it with
     stand-ins in their place: where each lands in main_ppo's arguments (``""``: right at the end of
     every run's, as appended overrides need)."""
-    from verl_rfpp.tools import scripts
+    from verl_rfpp.cli import scripts
 
     stand_ins = [f"verl_rfpp_argument_{number}=1" for number in range(1, count + 1)]
     try:

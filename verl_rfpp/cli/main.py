@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from verl_rfpp import catalog, validation
-from verl_rfpp.tools import arguments, quiet
-from verl_rfpp.tools import check as checking
+from verl_rfpp.cli import arguments, quiet
+from verl_rfpp.cli import check as checking
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -22,12 +22,12 @@ def _doctor(args: argparse.Namespace) -> int:
     report as one line. Nothing of it remains in the temporary directory."""
     if args.ray is not None:
         return _doctor_cluster(args)
-    from verl_rfpp.tools import doctor
+    from verl_rfpp.cli import doctor
 
     with quiet.scratch("doctor"), quiet.quiet("doctor", verbose=args.verbose or args.json, keep=False) as log:
         report = doctor.diagnose()
     if args.json:
-        from verl_rfpp.tools import cluster_doctor
+        from verl_rfpp.cli import cluster_doctor
 
         print(cluster_doctor.to_json(report))
     else:
@@ -39,7 +39,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _doctor_cluster(args: argparse.Namespace) -> int:
     """``--ray``: the report of every alive node of a Ray cluster, one line per node (exit 2: no
     cluster at that address, in one line naming it)."""
-    from verl_rfpp.tools import cluster_doctor
+    from verl_rfpp.cli import cluster_doctor
 
     with quiet.quiet("doctor", verbose=args.verbose) as log:
         try:
@@ -62,7 +62,7 @@ def _mention(log: quiet.QuietLog) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    """``verl-rfpp check``: ``verl_rfpp.tools.check`` reads and judges the runs, in a temporary
+    """``verl-rfpp check``: ``verl_rfpp.cli.check`` reads and judges the runs, in a temporary
     directory of its own, removed at the end."""
     with quiet.scratch("check"):
         return checking.check_command(args.arguments, args.verbose, args.config_path, args.config_name,
@@ -218,8 +218,8 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     # Importing verl (the CPU backend) and building the assets print warnings and progress that
     # mean nothing to a reader: they go to messages.log in ``out`` (--verbose: to the terminal).
     with quiet.quiet("demo", verbose=args.verbose, stdout=True) as log:
+        from verl_rfpp.cli import multinode
         from verl_rfpp.cpu import assets, demo, launch, trace
-        from verl_rfpp.tools import multinode
 
         assets.build_all(out / "assets")
     if log.path:
@@ -476,6 +476,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"verl-rfpp {args.command}: interrupted" + (f"; {stopped}" if stopped else ""), flush=True)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 ``diagnose()`` builds it (it imports verl, which loads the plugin when verl does); ``render()`` is
 the text the CLI prints; ``Report.to_dict`` / ``from_dict`` carry it from a cluster node's process
-back to the driver (``verl_rfpp.tools.cluster_doctor``), so every node runs the very same checks.
+back to the driver (``verl_rfpp.cli.cluster_doctor``), so every node runs the very same checks.
 """
 
 from __future__ import annotations
