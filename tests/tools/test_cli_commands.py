@@ -6,10 +6,12 @@ string, commands that print only their own lines, and Ctrl-C (one line, exit 130
 from __future__ import annotations
 
 import argparse
+import importlib
 import ipaddress
 import json
 import os
 import re
+import runpy
 import signal
 import socket
 import subprocess
@@ -17,6 +19,7 @@ import sys
 import threading
 import time
 from importlib import metadata
+from pathlib import Path
 
 import psutil
 import pytest
@@ -216,6 +219,25 @@ def test_a_name_lookup_that_hangs_is_cut_at_its_bound(monkeypatch):
         assert time.monotonic() - started < 2
     finally:
         release.set()
+
+
+def test_the_console_script_and_python_m_run_one_function(monkeypatch, capsys):
+    """pyproject.toml's ``verl-rfpp`` names ``verl_rfpp.cli.main:main``, and ``python -m verl_rfpp.cli``
+    (what the tests and ``doctor --ray``'s nodes run) is that command: run here as ``-m`` runs it
+    (``runpy``, the package's ``__main__``), its exit status and lines are the function's."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    module, _, function = project["scripts"]["verl-rfpp"].partition(":")
+    assert getattr(importlib.import_module(module), function) is cli.main
+    monkeypatch.setattr(sys, "argv", ["verl-rfpp", "recipe", "reinforce_plus_plus"])
+    with pytest.raises(SystemExit) as stopped:
+        runpy.run_module("verl_rfpp.cli", run_name="__main__")
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out.splitlines() == list(validation.RECIPES["reinforce_plus_plus"])
+    monkeypatch.setattr(sys, "argv", ["verl-rfpp", "recipe", "no_such_estimator"])
+    with pytest.raises(SystemExit) as stopped:
+        runpy.run_module("verl_rfpp.cli", run_name="__main__")
+    assert stopped.value.code == 2
 
 
 # --- commands that start processes: only their own lines; Ctrl-C ---------------------------------
