@@ -190,6 +190,7 @@ def _demo_in(args: argparse.Namespace, demo, launch) -> int:
 
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
+        _private_caches(out, launch)
         passed = _run_demo(args, out)
         keep = keep or not passed
         return 0 if passed else 1
@@ -201,6 +202,20 @@ def _demo_in(args: argparse.Namespace, demo, launch) -> int:
         signal.signal(signal.SIGTERM, previous)
         if not keep:
             shutil.rmtree(out, ignore_errors=True)
+
+
+def _private_caches(out: Path, launch) -> None:
+    """What the demo's processes would leave in the user's HOME and TMPDIR goes to the run's folder
+    instead (contract section 6.5: nothing left behind): torch's ``torchinductor_USER`` folder, made
+    in the temporary directory when torch is imported (by the demo before its trainer, which has the
+    run's TMPDIR), and Ray's token file (``~/.ray/auth_token``, written when a local cluster starts).
+    A location the user set (``TORCHINDUCTOR_CACHE_DIR``, Ray's ``RAY_AUTH_*``) is kept."""
+    import os
+
+    from verl_rfpp.cpu import cluster
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(out / launch.TEMP / "torchinductor"))
+    cluster.private_auth_token(out / launch.TEMP)
 
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # an --out the demo cannot write

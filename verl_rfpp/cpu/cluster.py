@@ -27,6 +27,29 @@ NODE_START_TIMEOUT_S = 120
 # Every process of a loopback cluster needs it (the nodes get it from ``LocalCluster``; a driver
 # that connects, from ``loopback_environment``).
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # a user's choice of Ray's token auth
+AUTH_TOKEN_FILE = "ray_auth_token"
+
+
+def private_auth_token(folder: os.PathLike[str], env: Optional[dict[str, str]] = None) -> Optional[str]:
+    """Give a cluster this process starts its own token (Ray's token auth stays on) instead of the one
+    Ray 2.5x generates into ``~/.ray/auth_token`` on a local ``ray.init`` and leaves there: a fresh
+    random token in ``folder/ray_auth_token`` (mode 0600), named by ``RAY_AUTH_TOKEN_PATH`` in ``env``
+    (default: this process's environment, which the run's processes inherit). Nothing changes where
+    the user chose (any of ``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` set); the
+    path written, else ``None``."""
+    import secrets
+
+    env = os.environ if env is None else env
+    if any(name in env for name in AUTH_VARIABLES):
+        return None
+    path = os.path.join(os.fspath(folder), AUTH_TOKEN_FILE)
+    os.makedirs(os.fspath(folder), exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    env["RAY_AUTH_TOKEN_PATH"] = path
+    return path
 
 
 def loopback_environment(env: Optional[dict[str, str]] = None) -> dict[str, str]:
