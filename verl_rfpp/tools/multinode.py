@@ -1,7 +1,7 @@
 """``verl-rfpp demo --nodes N``'s overrides: the ones ``examples/<MULTINODE_EXAMPLE>`` passes to
 ``main_ppo``, read from the script itself as ``verl-rfpp check`` reads it (``verl_rfpp.tools.scripts``:
-statically, nothing of it runs), given to the CPU launcher (``verl_rfpp.cpu.launch``, which imports
-nothing of ``tools``)."""
+statically, nothing of it runs), given to the CPU run's configuration (``verl_rfpp.cpu.configuration``, which
+imports nothing of ``tools``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from verl_rfpp.cpu.launch import MULTINODE_EXAMPLE, NOT_FOR_CPU, LaunchError, examples_dir
+from verl_rfpp.cpu.configuration import MULTINODE_EXAMPLE, NOT_FOR_CPU, examples_dir
+from verl_rfpp.errors import LaunchError
 from verl_rfpp.tools import scripts
 
 
