@@ -27,7 +27,6 @@ from verl_rfpp import (
     reinforce_plus_plus,
     reinforce_plus_plus_baseline,
 )
-from verl_rfpp.core.normalization import normalize_row_constant
 
 pytestmark = pytest.mark.usefixtures("passes_implementation")
 
@@ -226,11 +225,7 @@ def test_process_group_must_be_a_group():
     _refused(lambda: reinforce_plus_plus(torch.ones(2, 2), torch.ones(2, 2), process_group=1), "process_group")
 
 
-def test_row_constant_arguments_are_checked():
-    valid = torch.ones(3, 2, dtype=torch.bool)
-    _refused(lambda: normalize_row_constant(torch.ones(2), valid, torch.float32), "row_values", "(3,)")
-    _refused(lambda: normalize_row_constant(torch.ones(3), valid.float(), torch.float32), "valid", "bool")
-    _refused(lambda: normalize_row_constant(torch.ones(3), valid, torch.int64), "dtype")
+def test_group_centering_checks_its_lengths():
     _refused(lambda: group_centered_rewards(torch.ones(3), torch.ones(3), [1, 1, 2]), "lengths")
 
 
