@@ -305,27 +305,6 @@ def test_losses_refuse_mismatched_or_unsupported_tensors():
     _refused(lambda: losses.k2_penalty(ones, torch.ones(3, 2)), "k2_penalty")
 
 
-def test_rfpp_policy_loss_through_verl_ppo_loss_on_an_all_masked_micro_batch_is_zero():
-    """verl's real ppo_loss without global_batch_size (a direct call) and no valid token."""
-    import test_losses
-    from verl.workers.utils.losses import ppo_loss
-
-    b = test_losses._batch(seed=5)
-    b["mask"] = torch.zeros_like(b["mask"])
-    log_prob = b["log_prob"].clone().requires_grad_(True)
-    data, model_output = test_losses._verl_inputs(b, log_prob)
-    import verl.utils.tensordict_utils as tu
-
-    tu.assign_non_tensor(data, global_batch_size=None, batch_num_tokens=None)
-    # the recipe's k2 term too: verl's agg_loss would divide 0 by 0 without a global_batch_size
-    actor = test_losses._actor_config()
-    assert actor.policy_loss.loss_mode == "rfpp" and actor.use_kl_loss
-    loss, metrics = ppo_loss(actor, model_output, data)
-    loss.backward()
-    assert torch.isfinite(loss) and loss.item() == 0.0 and metrics["kl_loss"].aggregate() == 0.0
-    assert torch.equal(log_prob.grad, torch.zeros_like(log_prob))
-
-
 # --- the CPU kernels' import (docs/contract.md section 9.5) ---------------------------------------
 
 @pytest.mark.slow  # a subprocess
