@@ -52,6 +52,9 @@ again: a second command continues the matrix), and the table is printed from it.
     nice -n 10 python benchmarks/faults.py --out /tmp/faults
     python benchmarks/faults.py --out /tmp/faults --estimators reinforce_plus_plus --points update
     python benchmarks/faults.py --out /tmp/faults --table      # the table of the records so far
+
+One script of over 600 lines on purpose: a benchmark run by hand, its kill points, their judging
+and the table in one file that runs alone (no test imports it; tests/project checks its --help).
 """
 
 from __future__ import annotations

@@ -110,7 +110,3 @@ def estimator(name: str) -> Estimator:
             return record
     raise KeyError(name)
 
-
-def of_family(family: Family) -> tuple[Estimator, ...]:
-    """The estimators of ``family``."""
-    return tuple(record for record in ESTIMATORS if record.family is family)

@@ -26,3 +26,8 @@ class NonFiniteError(RfppInputError):
 
 class ActivationError(RfppError):
     """verl's registry does not resolve one of our names to our estimator (docs/contract.md section 8)."""
+
+
+class LaunchError(RfppError):
+    """A CPU run that this backend cannot set up (e.g. ranks that do not divide the batch), or a
+    run folder it cannot use (another run holds it, it cannot be written)."""

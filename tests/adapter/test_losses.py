@@ -454,3 +454,22 @@ def test_engine_divides_the_rfpp_loss_by_responses_not_padding_rows(responses, v
     train_batch(None, data, functools.partial(ppo_loss, config=_actor_config()))
     assert seen == [8 if verl_rows else None, max(responses, 1)]
 
+
+def test_rfpp_policy_loss_through_verl_ppo_loss_on_an_all_masked_micro_batch_is_zero():
+    """verl's real ppo_loss without global_batch_size (a direct call) and no valid token."""
+    from verl.workers.utils.losses import ppo_loss
+
+    b = _batch(seed=5)
+    b["mask"] = torch.zeros_like(b["mask"])
+    log_prob = b["log_prob"].clone().requires_grad_(True)
+    data, model_output = _verl_inputs(b, log_prob)
+    import verl.utils.tensordict_utils as tu
+
+    tu.assign_non_tensor(data, global_batch_size=None, batch_num_tokens=None)
+    # the recipe's k2 term too: verl's agg_loss would divide 0 by 0 without a global_batch_size
+    actor = _actor_config()
+    assert actor.policy_loss.loss_mode == "rfpp" and actor.use_kl_loss
+    loss, metrics = ppo_loss(actor, model_output, data)
+    loss.backward()
+    assert torch.isfinite(loss) and loss.item() == 0.0 and metrics["kl_loss"].aggregate() == 0.0
+    assert torch.equal(log_prob.grad, torch.zeros_like(log_prob))

@@ -496,7 +496,7 @@ def test_every_rule_key_refuses_every_wrong_type_naming_the_key():
     for rule in (*validation.RULES, None):
         keys = rule.keys if rule else validation.WARNING_KEYS
         family = rule.families[0] if rule else catalog.FAMILIES[0]
-        estimator = catalog.of_family(family)[0].name
+        estimator = next(record.name for record in catalog.ESTIMATORS if record.family is family)
         for key in keys:
             name = _SPLITTING if "<" in key.name else key.name
             for wrong, value in _WRONG.items():

@@ -13,7 +13,7 @@ from support import distributed_worker, reference
 from support.batches import make_batch
 
 from verl_rfpp import VARIANCE_FLOOR, EmptyPopulationError, masked_global_normalize
-from verl_rfpp.core.normalization import normalize_row_constant
+from verl_rfpp.core.normalization import normalize_rows
 
 pytestmark = pytest.mark.usefixtures("passes_implementation")
 
@@ -65,7 +65,7 @@ def test_empty_population_raises():
     with pytest.raises(EmptyPopulationError):
         masked_global_normalize(torch.randn(3, 4), torch.zeros(3, 4))
     with pytest.raises(EmptyPopulationError):
-        normalize_row_constant(torch.randn(3), torch.zeros(3, 4, dtype=torch.bool), torch.float32)
+        normalize_rows(torch.randn(3), torch.zeros(3, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -75,7 +75,7 @@ def test_row_constant_normalization_counts_every_valid_token(seed, device):
     rows = torch.randn(mask.shape[0], generator=g, dtype=torch.float64)
     rows[0] = float("nan")  # row 0 has no valid token: ignored whatever it holds
     broadcast = torch.where(mask.bool(), rows[:, None], 0.0)
-    normalized, stats = normalize_row_constant(rows.to(device), mask.bool().to(device), torch.float64)
+    normalized, stats = distributed_worker.row_constant(rows.to(device), mask.bool().to(device))
     normalized = normalized.cpu()
     expected = reference.normalize(broadcast, mask)
     mu, var, n = reference.moments(broadcast, mask)
@@ -211,7 +211,7 @@ def test_sharded_population_equals_single_process(world_size, tmp_path):
             assert all(status == "empty" for status, _, _ in outcomes.values())
             continue
         if values.dim() == 1:
-            single, single_stats = normalize_row_constant(values, mask.bool(), torch.float64)
+            single, single_stats = distributed_worker.row_constant(values, mask.bool())
             values = torch.where(mask.bool(), values[:, None], 0.0)
         else:
             single, single_stats = masked_global_normalize(values, mask)

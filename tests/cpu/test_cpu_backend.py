@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_rfpp.cpu import assets, demo, launch, trace
+from verl_rfpp.cpu import assets, checkpoints, configuration, demo, launch, run_metrics, trace
+from verl_rfpp.errors import LaunchError
 
 
 @pytest.mark.slow
 def test_plugin_never_loads_the_cpu_backend():
-    code = f"import sys, verl; from verl.trainer.ppo import core_algos; print({launch.BACKEND!r} in sys.modules)"
+    code = f"import sys, verl; from verl.trainer.ppo import core_algos; print({configuration.BACKEND!r} in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "False"
@@ -36,7 +37,7 @@ def test_cpu_backend_registers_platform_and_rollout_when_asked():
         " get_rollout_class('hf_cpu').__name__, gloo.applied())\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            env={**launch.trainer_environment(launch.Path("/tmp"))})
+                            env={**configuration.trainer_environment(Path("/tmp"))})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "PlatformCPU HFReplica HFServerAdapter True"
 
@@ -51,14 +52,14 @@ def test_reward_function_known_values():
 def test_console_step_lines_are_parsed_for_both_trainers():
     v1 = "(TaskRunnerV1 pid=7) step:2 - actor/kl_loss:0.0106 - rfpp/valid_tokens:64.0 - x/y:-1.5e-08"
     legacy = "(TaskRunner pid=9) step:1 - actor/kl_loss:np.float64(0.0) - num_turns/max:np.int64(2)"
-    assert launch.parse_step_line(v1) == (2, {"actor/kl_loss": 0.0106, "rfpp/valid_tokens": 64.0, "x/y": -1.5e-08})
-    assert launch.parse_step_line(legacy) == (1, {"actor/kl_loss": 0.0, "num_turns/max": 2.0})
-    assert launch.parse_step_line("no metrics here") is None
+    assert run_metrics.parse_step_line(v1) == (2, {"actor/kl_loss": 0.0106, "rfpp/valid_tokens": 64.0, "x/y": -1.5e-08})
+    assert run_metrics.parse_step_line(legacy) == (1, {"actor/kl_loss": 0.0, "num_turns/max": 2.0})
+    assert run_metrics.parse_step_line("no metrics here") is None
     # a run's result records each step line's metrics and the driver that printed it
     result = launch.RunResult(returncode=0)
     assert result.read_step("\x1b[36m(TaskRunnerV1 pid=7)\x1b[0m no metrics here") is None
-    assert [result.read_step(line) for line in (v1, legacy)] == [launch.parse_step_line(v1),
-                                                                launch.parse_step_line(legacy)]
+    assert [result.read_step(line) for line in (v1, legacy)] == [run_metrics.parse_step_line(v1),
+                                                                run_metrics.parse_step_line(legacy)]
     assert result.steps == {2: {"actor/kl_loss": 0.0106, "rfpp/valid_tokens": 64.0, "x/y": -1.5e-08},
                             1: {"actor/kl_loss": 0.0, "num_turns/max": 2.0}}
     assert result.driver_pids == {7, 9}
@@ -71,13 +72,13 @@ def test_excluded_plugin_stays_out_although_the_cpu_backend_loads():
     code = (
         "import sys, verl\n"
         "from verl.trainer.ppo import core_algos as c\n"
-        f"print({launch.BACKEND!r} in sys.modules, 'verl_rfpp.plugin' in sys.modules,"
+        f"print({configuration.BACKEND!r} in sys.modules, 'verl_rfpp.plugin' in sys.modules,"
         " c.ADV_ESTIMATOR_REGISTRY['reinforce_plus_plus'].__module__,"
         " c.ADV_ESTIMATOR_REGISTRY['reinforce_plus_plus_baseline'].__module__)\n"
     )
     for ours, expected in ((False, "True False verl.trainer.ppo.core_algos verl.trainer.ppo.core_algos"),
                            (True, "True True verl_rfpp.adapter.registries verl_rfpp.adapter.registries")):
-        env = launch.trainer_environment(launch.Path("/tmp"), ours=ours)
+        env = configuration.trainer_environment(Path("/tmp"), ours=ours)
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip().splitlines()[-1] == expected
@@ -115,15 +116,15 @@ def test_trace_lines_round_trip(tmp_path, monkeypatch):
 
 
 def test_recipes_of_ours_builtins_and_grpo():
-    ours = launch.recipe("reinforce_plus_plus_baseline")
-    builtin = launch.recipe("reinforce_plus_plus_baseline", ours=False)
-    grpo = launch.recipe("grpo", ours=False)
+    ours = configuration.recipe("reinforce_plus_plus_baseline")
+    builtin = configuration.recipe("reinforce_plus_plus_baseline", ours=False)
+    grpo = configuration.recipe("grpo", ours=False)
     assert "actor_rollout_ref.actor.policy_loss.loss_mode=rfpp" in ours
     assert [o for o in builtin if o not in ours] == ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]
     assert [o for o in grpo if o not in builtin] == ["algorithm.adv_estimator=grpo"]
-    with pytest.raises(launch.LaunchError, match="--ranks 3"):
-        launch.trainer_overrides("reinforce_plus_plus", {"train": "a", "test": "b", "model": "m"}, 2, False,
-                                 launch.Path("/tmp"), ranks=3)
+    with pytest.raises(LaunchError, match="--ranks 3"):
+        configuration.trainer_overrides("reinforce_plus_plus", {"train": "a", "test": "b", "model": "m"}, 2, False,
+                                        Path("/tmp"), ranks=3)
 
 
 def _result(steps=3, ranks=2, estimator="reinforce_plus_plus_baseline", rewards=None, driver=7):
@@ -228,15 +229,15 @@ def test_a_failed_checkpoint_write_is_one_line_naming_the_intact_checkpoint(tmp_
     """A run stopped by a checkpoint verl could not write (its decisive error names a path under
     ``checkpoints/``: a read-only or full folder) is told in one line with the checkpoint that
     stays; any other failure is not."""
-    (tmp_path / launch.CHECKPOINTS).mkdir()
-    (tmp_path / launch.CHECKPOINTS / launch.TRACKER).write_text("1")
+    (tmp_path / checkpoints.CHECKPOINTS).mkdir()
+    (tmp_path / checkpoints.CHECKPOINTS / checkpoints.TRACKER).write_text("1")
     failed = _result()
     failed.returncode = 1
-    target = tmp_path / launch.CHECKPOINTS / "global_step_2" / "actor"
+    target = tmp_path / checkpoints.CHECKPOINTS / "global_step_2" / "actor"
     failed.log = ["(TaskRunner pid=7) Traceback (most recent call last):\n",
                   f"(TaskRunner pid=7) PermissionError: [Errno 13] Permission denied: '{target}'\n"]
     line = demo.checkpoint_failure(failed, tmp_path)
-    folder = tmp_path / launch.CHECKPOINTS
+    folder = tmp_path / checkpoints.CHECKPOINTS
     assert line == (f"verl could not write a checkpoint in {folder} (PermissionError: [Errno 13] Permission denied: "
                     f"'{target}'); the checkpoint of step 1 is intact: make {folder} writable, with free space, and "
                     f"continue with --resume --out {tmp_path}")
@@ -266,17 +267,17 @@ def test_the_trainers_temporary_files_stay_in_the_runs_folder(tmp_path, monkeypa
     of the path, salted per process unless ``PYTHONHASHSEED`` is set): the trainer's TMPDIR is the
     run's folder, so they land there; Ray's sessions stay where the launcher put them."""
     monkeypatch.delenv("RAY_TMPDIR", raising=False)
-    env = launch.trainer_environment(tmp_path)
-    assert env["TMPDIR"] == str(tmp_path / launch.TEMP) and env["RAY_TMPDIR"] == tempfile.gettempdir()
+    env = configuration.trainer_environment(tmp_path)
+    assert env["TMPDIR"] == str(tmp_path / configuration.TEMP) and env["RAY_TMPDIR"] == tempfile.gettempdir()
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
-    assert launch.trainer_environment(tmp_path)["RAY_TMPDIR"] == str(tmp_path / "ray")
+    assert configuration.trainer_environment(tmp_path)["RAY_TMPDIR"] == str(tmp_path / "ray")
     from verl.utils.fs import local_mkdir_safe
 
-    (tmp_path / launch.TEMP).mkdir()
+    (tmp_path / configuration.TEMP).mkdir()
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again, as the trainer's processes do
     monkeypatch.setenv("TMPDIR", env["TMPDIR"])
     local_mkdir_safe(str(tmp_path / "checkpoints" / "global_step_1"))
-    assert len(list((tmp_path / launch.TEMP).glob("ckpt_*.lock"))) == 1
+    assert len(list((tmp_path / configuration.TEMP).glob("ckpt_*.lock"))) == 1
 
 
 def test_a_run_on_its_own_ray_passes_no_address_of_the_users(tmp_path, monkeypatch):
@@ -284,9 +285,9 @@ def test_a_run_on_its_own_ray_passes_no_address_of_the_users(tmp_path, monkeypat
     RAY_ADDRESS and the address file of `ray start`) and does not hand RAY_ADDRESS to verl."""
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
     paths = {"train": "t", "test": "v", "model": "m"}
-    assert "+ray_kwargs.ray_init.address=local" in launch.trainer_overrides("grpo", paths, 1, False, tmp_path)
-    assert "RAY_ADDRESS" not in launch.trainer_environment(tmp_path)
-    joined = launch.trainer_overrides("grpo", paths, 1, False, tmp_path, address="127.0.0.1:5")
+    assert "+ray_kwargs.ray_init.address=local" in configuration.trainer_overrides("grpo", paths, 1, False, tmp_path)
+    assert "RAY_ADDRESS" not in configuration.trainer_environment(tmp_path)
+    joined = configuration.trainer_overrides("grpo", paths, 1, False, tmp_path, address="127.0.0.1:5")
     assert "+ray_kwargs.ray_init.address=127.0.0.1:5" in joined and "+ray_kwargs.ray_init.address=local" not in joined
 
 
@@ -351,9 +352,9 @@ def test_a_worker_ended_by_verls_own_failure_is_not_its_cause(tmp_path):
     ``TransferQueueController``, and the watch saw that before the driver's error reached the
     launcher. The driver's error of its own (no Ray word of a death) decides: no death, and the
     demo's line is the checkpoint's. With Ray's word that a worker died, the death stays."""
-    (tmp_path / launch.CHECKPOINTS).mkdir()
-    (tmp_path / launch.CHECKPOINTS / launch.TRACKER).write_text("1")
-    target = tmp_path / launch.CHECKPOINTS / "global_step_2"
+    (tmp_path / checkpoints.CHECKPOINTS).mkdir()
+    (tmp_path / checkpoints.CHECKPOINTS / checkpoints.TRACKER).write_text("1")
+    target = tmp_path / checkpoints.CHECKPOINTS / "global_step_2"
     log = ["Error executing job with overrides: ['algorithm.adv_estimator=reinforce_plus_plus_baseline']\n",
            "Traceback (most recent call last):\n",
            '  File "verl/trainer/main_ppo.py", line 56, in run_ppo\n',
@@ -363,7 +364,7 @@ def test_a_worker_ended_by_verls_own_failure_is_not_its_cause(tmp_path):
     result.death = launch.WorkerDeath(17311, "ray::TransferQueueController", 1, 0.0)
     launch._name_death(result, 1)
     assert result.death is None
-    folder = tmp_path / launch.CHECKPOINTS
+    folder = tmp_path / checkpoints.CHECKPOINTS
     assert demo.checkpoint_failure(result, tmp_path) == (
         f"verl could not write a checkpoint in {folder} (OSError: [Errno 30] Read-only file system: '{target}'); "
         f"the checkpoint of step 1 is intact: make {folder} writable, with free space, and continue with --resume "
@@ -384,7 +385,7 @@ def test_a_dead_worker_is_one_line_naming_it_and_how_to_resume(tmp_path):
     cannot resume); verl's traceback stays in verl.log."""
     settings = {"--estimator": "reinforce_plus_plus_baseline", "--legacy": False, "--ranks": 2, "--nodes": 1,
                 "--seed": 0, "--multi-turn": False}
-    launch.write_run_settings(tmp_path, settings)
+    checkpoints.write_run_settings(tmp_path, settings)
     died = _result()
     died.returncode, died.planned_steps, died.save_every = 1, 2, 1
     died.log_path = tmp_path / "verl.log"
@@ -392,15 +393,15 @@ def test_a_dead_worker_is_one_line_naming_it_and_how_to_resume(tmp_path):
     line = demo.checkpoint_failure(died, tmp_path)  # the demo prints this one line and exits 1
     assert line == (f"a Ray worker of the run ended while verl trained (ray::WorkerDict pid 4284, after step 1 of 2); "
                     f"verl's trainer stopped (exit 1), and no process of the run was left 7.2 s after; {tmp_path} "
-                    f"cannot resume: --resume continues from a checkpoint in {tmp_path / launch.CHECKPOINTS}, and "
+                    f"cannot resume: --resume continues from a checkpoint in {tmp_path / checkpoints.CHECKPOINTS}, and "
                     f"there is none; run with --save-every N first (same --out) (verl's log: {tmp_path / 'verl.log'})")
     for name in ("actor", "data.pt"):
-        path = tmp_path / launch.CHECKPOINTS / "global_step_1" / name
+        path = tmp_path / checkpoints.CHECKPOINTS / "global_step_1" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
-    (tmp_path / launch.CHECKPOINTS / launch.TRACKER).write_text("1")
+    (tmp_path / checkpoints.CHECKPOINTS / checkpoints.TRACKER).write_text("1")
     died.death.stopped_by_launcher = True
-    assert launch.resume_problem(tmp_path, 2, settings) is None
+    assert checkpoints.resume_problem(tmp_path, 2, settings) is None
     assert (f"verl did not stop within {launch.WORKER_GRACE_S:.0f} s, so the demo stopped the run, and no process of "
             f"the run was left 7.2 s after; {tmp_path} resumes from the checkpoint of step 1: verl-rfpp demo --resume "
             f"--out {tmp_path} --steps 2 --save-every 1 --ranks 2 (verl's log:"

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_rfpp.cli import main as cli
-from verl_rfpp.cpu import assets, launch, rollout
+from verl_rfpp.cpu import assets, checkpoints, configuration, rollout, run_metrics
 
 ESTIMATOR = "reinforce_plus_plus_baseline"
 
@@ -183,8 +183,8 @@ def test_the_weights_digest_changes_with_one_bit_and_not_with_the_order_of_names
 def test_servers_that_received_different_weights_are_named():
     lines = ["weights pid=1 global_steps=1 abs_sum=2 sha256=aaaa", "weights pid=2 global_steps=1 abs_sum=2 sha256=aaaa",
              "weights pid=1 global_steps=2 abs_sum=3 sha256=bbbb"]
-    assert launch.weight_digests(lines) == {1: "aaaa", 2: "bbbb"}
-    assert launch.weight_digests([*lines, "weights pid=2 global_steps=2 abs_sum=3 sha256=cccc"]) == {
+    assert run_metrics.weight_digests(lines) == {1: "aaaa", 2: "bbbb"}
+    assert run_metrics.weight_digests([*lines, "weights pid=2 global_steps=2 abs_sum=3 sha256=cccc"]) == {
         1: "aaaa", 2: "differ: bbbb, cccc"}
 
 
@@ -195,41 +195,41 @@ def _verl_lines(path: Path, steps) -> None:
 
 
 def test_metrics_split_what_the_seed_decides_from_what_the_clock_does(tmp_path):
-    _verl_lines(tmp_path / launch.VERL_METRICS, [1, 2])
-    metrics = launch.write_metrics(tmp_path)
-    lines = [json.loads(line) for line in (tmp_path / launch.METRICS).read_text().splitlines()]
+    _verl_lines(tmp_path / run_metrics.VERL_METRICS, [1, 2])
+    metrics = run_metrics.write_metrics(tmp_path)
+    lines = [json.loads(line) for line in (tmp_path / run_metrics.METRICS).read_text().splitlines()]
     assert lines == [metrics[1], metrics[2]]
     assert lines[0] == {"step": 1, "critic/score/mean": 1 / 3, "perf/total_num_tokens": 64}  # full precision
-    timing = [json.loads(line) for line in (tmp_path / launch.TIMING).read_text().splitlines()]
+    timing = [json.loads(line) for line in (tmp_path / run_metrics.TIMING).read_text().splitlines()]
     assert timing[1] == {"step": 2, "actor/perf/cpu_memory_used_gb": 0.1, "timing_s/step": 3.0}
 
 
 def test_a_resumed_run_s_metrics_continue_the_earlier_lines(tmp_path):
-    _verl_lines(tmp_path / launch.VERL_METRICS, [1, 2])
-    launch.write_metrics(tmp_path)
-    _verl_lines(tmp_path / launch.VERL_METRICS, [2, 3])  # resumed from a checkpoint after step 1
-    launch.write_metrics(tmp_path, resumed=True)
-    assert [json.loads(line)["step"] for line in (tmp_path / launch.METRICS).read_text().splitlines()] == [1, 2, 3]
-    launch.write_metrics(tmp_path)  # a fresh run in the same directory replaces the lines
-    assert [json.loads(line)["step"] for line in (tmp_path / launch.METRICS).read_text().splitlines()] == [2, 3]
+    _verl_lines(tmp_path / run_metrics.VERL_METRICS, [1, 2])
+    run_metrics.write_metrics(tmp_path)
+    _verl_lines(tmp_path / run_metrics.VERL_METRICS, [2, 3])  # resumed from a checkpoint after step 1
+    run_metrics.write_metrics(tmp_path, resumed=True)
+    assert [json.loads(line)["step"] for line in (tmp_path / run_metrics.METRICS).read_text().splitlines()] == [1, 2, 3]
+    run_metrics.write_metrics(tmp_path)  # a fresh run in the same directory replaces the lines
+    assert [json.loads(line)["step"] for line in (tmp_path / run_metrics.METRICS).read_text().splitlines()] == [2, 3]
 
 
 def test_metrics_files_cut_short_by_a_kill_do_not_stop_the_resume(tmp_path):
     """A kill can cut verl's logger output or our own ``metrics.jsonl`` (of an older release that
     wrote it in place) in the middle of a line: the resume keeps every complete line and drops the
     cut one; our files are replaced in one step, so no ``.partial`` file is left behind."""
-    _verl_lines(tmp_path / launch.VERL_METRICS, [1, 2])
-    launch.write_metrics(tmp_path)
-    with open(tmp_path / launch.METRICS, "a") as handle:
+    _verl_lines(tmp_path / run_metrics.VERL_METRICS, [1, 2])
+    run_metrics.write_metrics(tmp_path)
+    with open(tmp_path / run_metrics.METRICS, "a") as handle:
         handle.write('{"step": 3, "critic/sc')  # our own file cut short
-    _verl_lines(tmp_path / launch.VERL_METRICS, [3])
-    with open(tmp_path / launch.VERL_METRICS, "a") as handle:
+    _verl_lines(tmp_path / run_metrics.VERL_METRICS, [3])
+    with open(tmp_path / run_metrics.VERL_METRICS, "a") as handle:
         handle.write('{"step": 4, "data": {"critic/score/me')  # verl's line cut short
-    metrics = launch.write_metrics(tmp_path, resumed=True)
+    metrics = run_metrics.write_metrics(tmp_path, resumed=True)
     assert sorted(metrics) == [1, 2, 3]
-    assert [json.loads(line)["step"] for line in (tmp_path / launch.METRICS).read_text().splitlines()] == [1, 2, 3]
+    assert [json.loads(line)["step"] for line in (tmp_path / run_metrics.METRICS).read_text().splitlines()] == [1, 2, 3]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
-        [launch.VERL_METRICS, launch.METRICS, launch.TIMING])
+        [run_metrics.VERL_METRICS, run_metrics.METRICS, run_metrics.TIMING])
 
 
 def test_demo_resume_without_a_checkpoint_is_refused_in_one_line(tmp_path, capsys):
@@ -238,11 +238,11 @@ def test_demo_resume_without_a_checkpoint_is_refused_in_one_line(tmp_path, capsy
     assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
     out = capsys.readouterr().out.strip()
     assert "there is none; run with --save-every N first" in out and "\n" not in out
-    (tmp_path / launch.CHECKPOINTS).mkdir()
-    (tmp_path / launch.CHECKPOINTS / "latest_checkpointed_iteration.txt").write_text("4")
+    (tmp_path / checkpoints.CHECKPOINTS).mkdir()
+    (tmp_path / checkpoints.CHECKPOINTS / "latest_checkpointed_iteration.txt").write_text("4")
     assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
     out = capsys.readouterr().out
-    assert f"names step 4, but {tmp_path / launch.CHECKPOINTS / 'global_step_4'} does not exist; no intact " \
+    assert f"names step 4, but {tmp_path / checkpoints.CHECKPOINTS / 'global_step_4'} does not exist; no intact " \
            "checkpoint is left: run afresh without --resume" in out and "--steps above" not in out
     _checkpoint(tmp_path, 4)
     assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
@@ -254,13 +254,13 @@ def test_demo_resume_of_another_run_is_refused_in_one_line(tmp_path, capsys):
     another run; one without the saving run's record cannot be checked. Refused before any trainer
     starts (the checkpoint and the folder's lock are the only files, and stay the only ones)."""
     _checkpoint(tmp_path, 2)
-    (tmp_path / launch.CHECKPOINTS / "latest_checkpointed_iteration.txt").write_text("2")
+    (tmp_path / checkpoints.CHECKPOINTS / "latest_checkpointed_iteration.txt").write_text("2")
     assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
     out = capsys.readouterr().out.strip()
     assert "has no readable record of the run that saved it" in out and "\n" not in out
     saved = {"--estimator": "reinforce_plus_plus_baseline", "--legacy": False, "--ranks": 1, "--nodes": 1,
              "--seed": 1, "--multi-turn": False}
-    launch.write_run_settings(tmp_path, saved)
+    checkpoints.write_run_settings(tmp_path, saved)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert cli.main(["demo", "--resume", "--steps", "4", "--seed", "2", "--ranks", "2", "--out", str(tmp_path)]) == 2
     out = capsys.readouterr().out.strip()
@@ -273,7 +273,7 @@ def test_demo_resume_of_another_run_is_refused_in_one_line(tmp_path, capsys):
 
 
 def _checkpoint(out: Path, step: int, complete: bool = True) -> None:
-    folder = out / launch.CHECKPOINTS / f"global_step_{step}"
+    folder = out / checkpoints.CHECKPOINTS / f"global_step_{step}"
     (folder / "actor").mkdir(parents=True)
     (folder / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"\0" * 8)
     if complete:
@@ -292,14 +292,15 @@ def test_a_half_written_checkpoint_is_never_loaded(tmp_path, capsys):
         'f.write(str(self.global_steps))')
     settings = {"--estimator": ESTIMATOR, "--legacy": False, "--ranks": 1, "--nodes": 1, "--seed": 0,
                 "--multi-turn": False}
-    launch.write_run_settings(tmp_path, settings)
+    checkpoints.write_run_settings(tmp_path, settings)
     _checkpoint(tmp_path, 1)
     _checkpoint(tmp_path, 2, complete=False)  # killed while saving step 2
-    tracker = tmp_path / launch.CHECKPOINTS / launch.TRACKER
+    tracker = tmp_path / checkpoints.CHECKPOINTS / checkpoints.TRACKER
     tracker.write_text("1")
-    assert launch.resume_problem(tmp_path, 4, settings) is None and launch.saved_step(tmp_path) == 1
+    assert checkpoints.resume_problem(tmp_path, 4, settings) is None and checkpoints.saved_step(tmp_path) == 1
     for text, expected in (("", f"verl's tracker {tracker} names no step"),
-                           ("2", f"names step 2, but {tmp_path / launch.CHECKPOINTS / 'global_step_2'} lacks data.pt")):
+                           ("2", f"names step 2, but {tmp_path / checkpoints.CHECKPOINTS / 'global_step_2'} "
+                                 "lacks data.pt")):
         tracker.write_text(text)
         assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
         out = capsys.readouterr().out.strip()
@@ -308,10 +309,10 @@ def test_a_half_written_checkpoint_is_never_loaded(tmp_path, capsys):
 
 def test_save_and_resume_reach_verl_s_trainer_options(tmp_path):
     paths = {"train": "t", "test": "v", "model": "m"}
-    plain = launch.trainer_overrides(ESTIMATOR, paths, 4, False, tmp_path)
+    plain = configuration.trainer_overrides(ESTIMATOR, paths, 4, False, tmp_path)
     assert {"trainer.save_freq=-1", "trainer.resume_mode=disable", "trainer.logger=[console,file]",
             "actor_rollout_ref.rollout.full_determinism=True"} <= set(plain)
-    saving = launch.trainer_overrides(ESTIMATOR, paths, 4, False, tmp_path, save_every=2, resume=True)
+    saving = configuration.trainer_overrides(ESTIMATOR, paths, 4, False, tmp_path, save_every=2, resume=True)
     assert {"trainer.save_freq=2", "trainer.resume_mode=auto",
-            f"trainer.default_local_dir={tmp_path / launch.CHECKPOINTS}"} <= set(saving)
+            f"trainer.default_local_dir={tmp_path / checkpoints.CHECKPOINTS}"} <= set(saving)
 

@@ -17,28 +17,29 @@ from pathlib import Path
 import pytest
 
 from verl_rfpp.cli import main as cli
-from verl_rfpp.cpu import demo, launch
+from verl_rfpp.cpu import checkpoints, demo, launch
+from verl_rfpp.errors import LaunchError
 
 SETTINGS = {"--estimator": "reinforce_plus_plus_baseline", "--legacy": False, "--ranks": 1, "--nodes": 1,
             "--seed": 0, "--multi-turn": False}
 
 
 def test_a_folder_held_by_a_run_is_refused_naming_its_pid_and_freed_with_the_lock(tmp_path):
-    held = launch.hold_folder(tmp_path)
+    held = checkpoints.hold_folder(tmp_path)
     try:
-        assert (tmp_path / launch.LOCK).read_text() == f"{os.getpid()}\n"
-        with pytest.raises(launch.LaunchError) as refused:
-            launch.hold_folder(tmp_path)
+        assert (tmp_path / checkpoints.LOCK).read_text() == f"{os.getpid()}\n"
+        with pytest.raises(LaunchError) as refused:
+            checkpoints.hold_folder(tmp_path)
         assert str(refused.value) == (
-            f"{tmp_path} is in use by another run (pid {os.getpid()}, which holds {tmp_path / launch.LOCK}): wait for "
-            f"it to end, stop it (kill -INT {os.getpid()}), or give another --out")
+            f"{tmp_path} is in use by another run (pid {os.getpid()}, which holds {tmp_path / checkpoints.LOCK}): "
+            f"wait for it to end, stop it (kill -INT {os.getpid()}), or give another --out")
     finally:
         os.close(held)
-    os.close(launch.hold_folder(tmp_path))  # the lock went with its descriptor: no stale file stops a run
+    os.close(checkpoints.hold_folder(tmp_path))  # the lock went with its descriptor: no stale file stops a run
 
 
 def test_the_demo_refuses_a_held_folder_in_one_line_before_anything_starts(tmp_path, capsys):
-    held = launch.hold_folder(tmp_path)
+    held = checkpoints.hold_folder(tmp_path)
     try:
         for extra in ([], ["--resume"]):
             code = cli.main(["demo", "--steps", "2", "--out", str(tmp_path), *extra])
@@ -47,11 +48,11 @@ def test_the_demo_refuses_a_held_folder_in_one_line_before_anything_starts(tmp_p
             assert lines[0].startswith(f"verl-rfpp demo: {tmp_path} is in use by another run (pid {os.getpid()}, ")
     finally:
         os.close(held)
-    assert sorted(path.name for path in tmp_path.iterdir()) == [launch.LOCK]  # no assets, no log, no Ray
+    assert sorted(path.name for path in tmp_path.iterdir()) == [checkpoints.LOCK]  # no assets, no log, no Ray
 
 
 def _checkpoint(out: Path, step: int, actor: bytes = b"\x01" * 1000) -> Path:
-    folder = out / launch.CHECKPOINTS / f"global_step_{step}"
+    folder = out / checkpoints.CHECKPOINTS / f"global_step_{step}"
     (folder / "actor").mkdir(parents=True)
     (folder / "actor" / "model_world_size_1_rank_0.pt").write_bytes(actor + bytes([step]))
     (folder / "actor" / "extra_state_world_size_1_rank_0.pt").write_bytes(b"rng" * 7)
@@ -62,35 +63,35 @@ def _checkpoint(out: Path, step: int, actor: bytes = b"\x01" * 1000) -> Path:
 def _recorded(out: Path, *steps: int) -> None:
     """Checkpoints ``steps`` saved and recorded one after the other, as verl does, with the
     launcher's watch describing each as verl's tracker moves to it."""
-    manifests = launch.Manifests(out)
+    manifests = checkpoints.Manifests(out)
     for step in steps:
         _checkpoint(out, step)
-        (out / launch.CHECKPOINTS / launch.TRACKER).write_text(str(step))
+        (out / checkpoints.CHECKPOINTS / checkpoints.TRACKER).write_text(str(step))
         manifests.poll()
-    launch.write_run_settings(out, SETTINGS)
+    checkpoints.write_run_settings(out, SETTINGS)
 
 
 def test_a_manifest_holds_every_file_of_the_checkpoint_with_its_size_and_sha256(tmp_path):
     _recorded(tmp_path, 1)
-    folder = tmp_path / launch.CHECKPOINTS / "global_step_1"
-    files = json.loads((folder / launch.MANIFEST).read_text())["files"]
+    folder = tmp_path / checkpoints.CHECKPOINTS / "global_step_1"
+    files = json.loads((folder / checkpoints.MANIFEST).read_text())["files"]
     expected = {str(path.relative_to(folder)): {"size": len(path.read_bytes()),
                                                 "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-                for path in folder.rglob("*") if path.is_file() and path.name != launch.MANIFEST}
+                for path in folder.rglob("*") if path.is_file() and path.name != checkpoints.MANIFEST}
     assert files == expected and len(files) == 3
-    assert launch.resume_problem(tmp_path, 4, SETTINGS) is None and launch.resume_note(tmp_path) is None
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS) is None and checkpoints.resume_note(tmp_path) is None
 
 
 def _actor(out: Path, step: int) -> Path:
-    return out / launch.CHECKPOINTS / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt"
+    return out / checkpoints.CHECKPOINTS / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt"
 
 
 def _tracker(out: Path) -> Path:
-    return out / launch.CHECKPOINTS / launch.TRACKER
+    return out / checkpoints.CHECKPOINTS / checkpoints.TRACKER
 
 
 def _instead(out: Path, step: int) -> str:
-    return (f"the newest intact checkpoint is step {step} ({out / launch.CHECKPOINTS / f'global_step_{step}'}): "
+    return (f"the newest intact checkpoint is step {step} ({out / checkpoints.CHECKPOINTS / f'global_step_{step}'}): "
             f"resume from it with `echo {step} > {_tracker(out)}`, then the same --resume command")
 
 
@@ -99,35 +100,35 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file_what_differs_and_the_in
     actor = _actor(tmp_path, 2)
     data = actor.read_bytes()
     actor.write_bytes(data[:500])  # cut short
-    assert launch.resume_problem(tmp_path, 4, SETTINGS) == (
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS) == (
         f"verl's tracker {_tracker(tmp_path)} names step 2, but {actor} has 500 bytes, its manifest 1001; "
         + _instead(tmp_path, 1))
     flipped = bytearray(data)
     flipped[500] ^= 0x01  # one bit, same size
     actor.write_bytes(bytes(flipped))
     found, listed = hashlib.sha256(flipped).hexdigest(), hashlib.sha256(data).hexdigest()
-    assert launch.resume_problem(tmp_path, 4, SETTINGS) == (
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS) == (
         f"verl's tracker {_tracker(tmp_path)} names step 2, but {actor}'s bytes changed (sha256 {found[:16]}..., "
         f"its manifest {listed[:16]}...; same size); " + _instead(tmp_path, 1))
     actor.unlink()
-    assert launch.resume_problem(tmp_path, 4, SETTINGS) == (
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS) == (
         f"verl's tracker {_tracker(tmp_path)} names step 2, but {actor} is missing (its manifest lists it, 1001 "
         f"bytes); " + _instead(tmp_path, 1))
     _actor(tmp_path, 1).write_bytes(b"")  # the earlier one damaged too: nothing to resume from
-    assert launch.resume_problem(tmp_path, 4, SETTINGS).endswith(
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS).endswith(
         "; no intact checkpoint is left: run afresh without --resume")
     _tracker(tmp_path).write_text("1")
-    assert launch.resume_problem(tmp_path, 4, SETTINGS).startswith(
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS).startswith(
         f"verl's tracker {_tracker(tmp_path)} names step 1, but {_actor(tmp_path, 1)} has 0 bytes, its manifest 1001")
 
 
 def test_following_the_refusal_s_advice_resumes(tmp_path):
     _recorded(tmp_path, 1, 2)
     _actor(tmp_path, 2).write_bytes(b"")
-    advice = launch.resume_problem(tmp_path, 4, SETTINGS)
+    advice = checkpoints.resume_problem(tmp_path, 4, SETTINGS)
     step = advice.split("`echo ")[1].split(" ")[0]
     _tracker(tmp_path).write_text(step)
-    assert launch.resume_problem(tmp_path, 4, SETTINGS) is None and launch.saved_step(tmp_path) == 1
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS) is None and checkpoints.saved_step(tmp_path) == 1
 
 
 def test_a_tracker_naming_a_missing_step_points_to_the_newest_intact_checkpoint(tmp_path):
@@ -135,11 +136,12 @@ def test_a_tracker_naming_a_missing_step_points_to_the_newest_intact_checkpoint(
     global_step_2."""
     _recorded(tmp_path, 1, 2)
     _tracker(tmp_path).write_text("99")
-    problem = launch.resume_problem(tmp_path, 4, SETTINGS)
+    problem = checkpoints.resume_problem(tmp_path, 4, SETTINGS)
     assert problem == (f"verl's tracker {_tracker(tmp_path)} names step 99, but "
-                       f"{tmp_path / launch.CHECKPOINTS / 'global_step_99'} does not exist; " + _instead(tmp_path, 2))
+                       f"{tmp_path / checkpoints.CHECKPOINTS / 'global_step_99'} does not exist; "
+                       + _instead(tmp_path, 2))
     _tracker(tmp_path).write_text("")  # cut short by a kill
-    assert launch.resume_problem(tmp_path, 4, SETTINGS) == (
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS) == (
         f"verl's tracker {_tracker(tmp_path)} names no step (a run killed while verl wrote it): verl would stop on it; "
         + _instead(tmp_path, 2))
 
@@ -147,13 +149,13 @@ def test_a_tracker_naming_a_missing_step_points_to_the_newest_intact_checkpoint(
 def test_a_checkpoint_without_a_manifest_is_checked_for_completeness_and_said_so(tmp_path):
     folder = _checkpoint(tmp_path, 1)  # saved before the launcher wrote manifests
     _tracker(tmp_path).write_text("1")
-    launch.write_run_settings(tmp_path, SETTINGS)
-    assert launch.resume_problem(tmp_path, 4, SETTINGS) is None
-    assert launch.resume_note(tmp_path) == (
-        f"the checkpoint of step 1 has no manifest ({folder / launch.MANIFEST}: saved before verl-rfpp wrote them): "
-        "only its completeness was checked (actor/ and data.pt present), not its bytes")
+    checkpoints.write_run_settings(tmp_path, SETTINGS)
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS) is None
+    assert checkpoints.resume_note(tmp_path) == (
+        f"the checkpoint of step 1 has no manifest ({folder / checkpoints.MANIFEST}: saved before verl-rfpp wrote "
+        "them): only its completeness was checked (actor/ and data.pt present), not its bytes")
     (folder / "data.pt").unlink()
-    assert launch.resume_problem(tmp_path, 4, SETTINGS) == (
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS) == (
         f"verl's tracker {_tracker(tmp_path)} names step 1, but {folder} lacks data.pt; no intact checkpoint is left: "
         "run afresh without --resume")
 
@@ -161,11 +163,11 @@ def test_a_checkpoint_without_a_manifest_is_checked_for_completeness_and_said_so
 def test_a_checkpoint_saved_again_over_an_earlier_run_s_gets_a_new_manifest(tmp_path):
     """A fresh run in a folder of an earlier one writes global_step_1 again: its manifest is the new files'."""
     _recorded(tmp_path, 1)
-    manifests = launch.Manifests(tmp_path)  # the fresh run's watch
+    manifests = checkpoints.Manifests(tmp_path)  # the fresh run's watch
     _actor(tmp_path, 1).write_bytes(b"\x02" * 2000)
     _tracker(tmp_path).write_text("1")
     manifests.poll()
-    assert launch.resume_problem(tmp_path, 4, SETTINGS) is None
+    assert checkpoints.resume_problem(tmp_path, 4, SETTINGS) is None
 
 
 @pytest.mark.parametrize("saved", [False, True])
@@ -191,10 +193,10 @@ def test_sigterm_stops_the_demo_as_ctrl_c_with_the_resume_command(tmp_path, caps
     assert code == 128 + signal.SIGTERM and unwound == [tmp_path] and signal.getsignal(signal.SIGTERM) is before
     then = (f"{tmp_path} resumes from the checkpoint of step 1: verl-rfpp demo --resume --out {tmp_path} --steps 2 "
             "--save-every 1" if saved else
-            f"{tmp_path} cannot resume: --resume continues from a checkpoint in {tmp_path / launch.CHECKPOINTS}, and "
-            "there is none; run with --save-every N first (same --out)")
+            f"{tmp_path} cannot resume: --resume continues from a checkpoint in "
+            f"{tmp_path / checkpoints.CHECKPOINTS}, and there is none; run with --save-every N first (same --out)")
     assert lines == [f"verl-rfpp demo: interrupted (SIGTERM); stopped the trainer and its Ray processes; {then}"]
-    os.close(launch.hold_folder(tmp_path))  # the demo let its folder go
+    os.close(checkpoints.hold_folder(tmp_path))  # the demo let its folder go
 
 
 def test_a_failed_run_s_fail_line_holds_its_cause_not_its_consequences():
@@ -241,4 +243,4 @@ def test_a_refused_resume_lets_its_folder_go(tmp_path, capsys):
     _tracker(tmp_path).write_text("99")
     assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
     assert "names step 99" in capsys.readouterr().out
-    os.close(launch.hold_folder(tmp_path))
+    os.close(checkpoints.hold_folder(tmp_path))

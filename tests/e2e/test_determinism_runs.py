@@ -22,7 +22,7 @@ import pytest
 from support.trainer_runs import run_processes, two_output_run
 
 from verl_rfpp.cli import main as cli
-from verl_rfpp.cpu import demo, launch, trace
+from verl_rfpp.cpu import checkpoints, configuration, demo, launch, run_metrics, trace
 
 ESTIMATOR = "reinforce_plus_plus_baseline"
 
@@ -44,8 +44,8 @@ def _demo(arguments: list[str], out: Path) -> DemoRun:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         code = cli.main(["demo", *arguments, "--out", str(out)])
-    digests = launch.weight_digests((out / "trace.txt").read_text().splitlines())
-    return DemoRun(printed.getvalue(), code, digests, (out / launch.METRICS).read_text().splitlines())
+    digests = run_metrics.weight_digests((out / "trace.txt").read_text().splitlines())
+    return DemoRun(printed.getvalue(), code, digests, (out / run_metrics.METRICS).read_text().splitlines())
 
 
 KILL_BOUND_S = 10.0  # SIGKILL of the demo's process group -> no process of its run alive (measured: 0.2-2 s)
@@ -84,20 +84,21 @@ def _kill_demo(arguments: list[str], out: Path, ready) -> KilledRun:
         assert demo.poll() is None, printed.read_text()
         alive = run_processes(out)
         ray_folders = {_environment(p).get("RAY_TMPDIR") for p in alive} - {None}
-        at_kill, killed_at = launch.saved_step(out), time.time()
+        at_kill, killed_at = checkpoints.saved_step(out), time.time()
         os.killpg(demo.pid, signal.SIGKILL)
         demo.wait()
     gone, left = psutil.wait_procs(alive, timeout=KILL_BOUND_S)
     while "launcher ended" not in _text(out / launch.GUARD_LOG) and time.time() - killed_at < KILL_BOUND_S:
         time.sleep(0.05)  # the guard removes the run's folders after its processes, then writes its line
     ray_folders_left = sorted(folder for folder in ray_folders if os.path.exists(folder))
-    written_after = [str(path) for path in (out / launch.CHECKPOINTS).rglob("*") if path.stat().st_mtime > killed_at]
-    lines = [json.loads(line) for line in (out / launch.VERL_METRICS).read_text().splitlines()]
+    written_after = [str(path) for path in (out / checkpoints.CHECKPOINTS).rglob("*")
+                     if path.stat().st_mtime > killed_at]
+    lines = [json.loads(line) for line in (out / run_metrics.VERL_METRICS).read_text().splitlines()]
     metrics = {line["step"]: {"step": line["step"], **{key: line["data"][key] for key in sorted(line["data"])
-                                                        if not launch.is_clock_metric(key)}} for line in lines}
-    digests = launch.weight_digests((out / "trace.txt").read_text().splitlines())
+                                                        if not run_metrics.is_clock_metric(key)}} for line in lines}
+    digests = run_metrics.weight_digests((out / "trace.txt").read_text().splitlines())
     return KilledRun(out, printed.read_text(), digests, metrics, alive, left, ray_folders, ray_folders_left,
-                     (at_kill, launch.saved_step(out)), written_after)
+                     (at_kill, checkpoints.saved_step(out)), written_after)
 
 
 def _environment(process: psutil.Process) -> dict:
@@ -128,10 +129,12 @@ def one_rank_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
 
     def step_2_logged() -> bool:
-        return (out / launch.VERL_METRICS).exists() and '{"step":2,' in (out / launch.VERL_METRICS).read_text()
+        logged = out / run_metrics.VERL_METRICS
+        return logged.exists() and '{"step":2,' in logged.read_text()
 
     killed = _kill_demo(["--steps", "4", "--save-every", "2"], out, step_2_logged)
-    for name, cut in ((launch.VERL_METRICS, '{"step": 3, "data": {"critic/sc'), (trace.TRACE_FILE, "tokens pid=1 ra")):
+    for name, cut in ((run_metrics.VERL_METRICS, '{"step": 3, "data": {"critic/sc'),
+                      (trace.TRACE_FILE, "tokens pid=1 ra")):
         with open(out / name, "a") as handle:  # as a kill in the middle of a write leaves them
             handle.write(cut)
     doctor = subprocess.run([sys.executable, "-m", "verl_rfpp.cli", "doctor"], capture_output=True, text=True,
@@ -179,11 +182,11 @@ def test_a_killed_run_resumed_from_step_2_equals_the_run_straight_to_step_4(one_
     assert progress == ["3/4", "4/4"] and "PASS: " in resumed.out, resumed.out
     assert {step: resumed.digests[step] for step in (3, 4)} == {step: straight.digests[step] for step in (3, 4)}
     assert f"Actor weights after step 4: sha256 {straight.digest}." in resumed.out
-    assert resumed.metrics == (straight_out / launch.METRICS).read_text().splitlines()  # steps 1-4
+    assert resumed.metrics == (straight_out / run_metrics.METRICS).read_text().splitlines()  # steps 1-4
     for line in resumed.metrics[2:]:  # steps 3 and 4, logged by the resumed processes
         assert all(key in json.loads(line) for key in demo.RFPP_METRICS), line
     # verl's checkpoint locks (never removed by verl) are in the run's folder, not in $TMPDIR
-    assert list((one_rank_runs["killed"].directory / launch.TEMP).glob("ckpt_*.lock"))
+    assert list((one_rank_runs["killed"].directory / configuration.TEMP).glob("ckpt_*.lock"))
 
 
 @pytest.mark.e2e
@@ -220,4 +223,4 @@ def test_two_ranks_same_seed_same_weights_and_metrics_every_step(v1_two_output_r
     assert all(re.fullmatch("[0-9a-f]{64}", digest) for digest in first.result.digests.values())  # ranks agree
     assert again.result.digests == first.result.digests
     assert again.result.metrics == first.result.metrics
-    assert (again.out / launch.METRICS).read_text() == (first.out / launch.METRICS).read_text()
+    assert (again.out / run_metrics.METRICS).read_text() == (first.out / run_metrics.METRICS).read_text()

@@ -12,7 +12,7 @@ from support.users_cluster import users_cluster
 
 from verl_rfpp.cli import main as cli
 from verl_rfpp.cli import multinode
-from verl_rfpp.cpu import demo, launch, trace
+from verl_rfpp.cpu import configuration, demo, launch, trace
 from verl_rfpp.curves import runs
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +34,7 @@ def _common_checks(result, estimator, steps, ranks, loss_calls=1, rows=None):
     """``loss_calls``: policy-loss calls per rank and step (mini-batches times micro-batches);
     ``rows``: the rows of each call (default: the recipe's step, ``PROMPTS * SAMPLES``, split over
     the ranks)."""
-    rows = launch.PROMPTS * launch.SAMPLES // ranks if rows is None else rows
+    rows = configuration.PROMPTS * configuration.SAMPLES // ranks if rows is None else rows
     log_tail = "".join(result.log[-60:])
     verdict = demo.judge(estimator, result, steps, ranks)
     assert verdict.passed, (verdict.problems, log_tail)
@@ -140,7 +140,8 @@ def test_demo_on_two_ray_nodes_multi_turn_puts_one_rank_on_each_and_stops_every_
     assert "step:2 - " in log
     argv = log.splitlines()[0].split()
     for override in multinode.example_overrides(2):  # the example's overrides went through, verbatim
-        assert (override in argv) != override.startswith(tuple(k + "=" for k in launch.REPLACED_FOR_CPU)), override
+        replaced = tuple(key + "=" for key in configuration.REPLACED_FOR_CPU)
+        assert (override in argv) != override.startswith(replaced), override
     assert "trainer.nnodes=2" in argv and "trainer.n_gpus_per_node=1" in argv
     rank_lines = [line.split() for line in lines if line.strip().startswith("rank ")]
     assert [line[1] for line in rank_lines] == ["0:", "1:"], out
@@ -165,8 +166,8 @@ def test_demo_on_two_ray_nodes_multi_turn_puts_one_rank_on_each_and_stops_every_
     value = {o.split("=", 1)[0]: int(o.split("=", 1)[1]) for o in argv if o.startswith(
         ("actor_rollout_ref.rollout.n=", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="))}
     micro = value["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
-    loss_calls = launch.PROMPTS * value["actor_rollout_ref.rollout.n"] // (2 * micro)
-    per_step = _common_checks(result, launch.MULTINODE_ESTIMATOR, steps=2, ranks=2, loss_calls=loss_calls,
+    loss_calls = configuration.PROMPTS * value["actor_rollout_ref.rollout.n"] // (2 * micro)
+    per_step = _common_checks(result, configuration.MULTINODE_ESTIMATOR, steps=2, ranks=2, loss_calls=loss_calls,
                               rows=micro)
     for _, rank_lines in per_step:
         assert all(int(f["holes"]) > 0 for f in rank_lines)

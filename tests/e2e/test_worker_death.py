@@ -25,7 +25,7 @@ import psutil
 import pytest
 from support.trainer_runs import run_processes
 
-from verl_rfpp.cpu import launch
+from verl_rfpp.cpu import checkpoints, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -50,9 +50,9 @@ def test_a_dead_worker_stops_the_demo_in_one_line_and_leaves_it_resumable(tmp_pa
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 900
-        while launch.saved_step(out) != 1 and demo.poll() is None and time.monotonic() < deadline:
+        while checkpoints.saved_step(out) != 1 and demo.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert demo.poll() is None and launch.saved_step(out) == 1, printed.read_text()
+        assert demo.poll() is None and checkpoints.saved_step(out) == 1, printed.read_text()
         workers = [p for p in run_processes(out) if _title(p).startswith("ray::WorkerDict")]
         assert len(workers) == ranks, [_title(p) for p in run_processes(out)]
         victim = workers[0]
@@ -75,8 +75,8 @@ def test_a_dead_worker_stops_the_demo_in_one_line_and_leaves_it_resumable(tmp_pa
     assert f"(ray::WorkerDict pid {victim.pid}, after step 1 of 2)" in named[0], named[0]
     assert f"{out} resumes from the checkpoint of step 1: {resume} (verl's log:" in named[0], named[0]
     assert "Traceback" not in text and "Error" not in text, text  # verl's traceback is in verl.log only
-    settings = json.loads((out / launch.RUN_SETTINGS).read_text())
-    assert launch.resume_problem(out, 2, settings) is None
+    settings = json.loads((out / checkpoints.RUN_SETTINGS).read_text())
+    assert checkpoints.resume_problem(out, 2, settings) is None
     if ranks == 1:
         _refusals_and_sigterm(out)
 
@@ -87,11 +87,11 @@ def _cli(*arguments: str) -> list[str]:
 
 
 def _refusals_and_sigterm(out):
-    folder = out / launch.CHECKPOINTS / "global_step_1"
-    files = json.loads((folder / launch.MANIFEST).read_text())["files"]
+    folder = out / checkpoints.CHECKPOINTS / "global_step_1"
+    files = json.loads((folder / checkpoints.MANIFEST).read_text())["files"]
     on_disk = {str(p.relative_to(folder)): {"size": p.stat().st_size,
                                             "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-               for p in folder.rglob("*") if p.is_file() and p.name != launch.MANIFEST}
+               for p in folder.rglob("*") if p.is_file() and p.name != checkpoints.MANIFEST}
     assert files == on_disk and any(name.startswith("actor/") for name in files), sorted(files)
 
     shard = max((p for p in (folder / "actor").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
@@ -116,8 +116,8 @@ def _refusals_and_sigterm(out):
         assert first.poll() is None, printed.read_text()
         second = subprocess.run(_cli(str(out)), capture_output=True, text=True, timeout=120)
         assert second.returncode == 2 and second.stdout.splitlines() == [
-            f"verl-rfpp demo: {out} is in use by another run (pid {first.pid}, which holds {out / launch.LOCK}): wait "
-            f"for it to end, stop it (kill -INT {first.pid}), or give another --out."], second.stdout
+            f"verl-rfpp demo: {out} is in use by another run (pid {first.pid}, which holds {out / checkpoints.LOCK}): "
+            f"wait for it to end, stop it (kill -INT {first.pid}), or give another --out."], second.stdout
         ray_folders = {p.environ().get("RAY_TMPDIR") for p in run_processes(out)} - {None}
         assert ray_folders, [p.cmdline() for p in run_processes(out)]
         first.send_signal(signal.SIGTERM)

@@ -1,8 +1,10 @@
 """The benchmark script runs (quick grid) so it cannot rot; it asserts nothing about time. The GPU
-check (benchmarks/gpu_check.sh) handles its arguments and runs every step on the CPU."""
+check (benchmarks/gpu_check.sh) handles its arguments and runs every step on the CPU. The kill
+matrix (benchmarks/faults.py, run by hand) answers ``--help`` with its every kill point."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +115,13 @@ def test_gpu_check_without_a_gpu_says_so():
     result = _gpu_check("--device", "cuda")
     assert result.returncode == 2 and "no CUDA device" in result.stderr and "--device cpu" in result.stderr
     assert f"torch {torch.__version__}" in result.stderr
+
+
+def test_the_kill_matrix_answers_help_with_every_point():
+    """benchmarks/faults.py's ``--help`` exits 0 and offers each point its docstring describes."""
+    faults = SCRIPT.parent / "faults.py"
+    shown = subprocess.run([sys.executable, str(faults), "--help"], capture_output=True, text=True, timeout=120,
+                           cwd=SCRIPT.parents[1])
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    described = set(re.findall(r"^- ``([\w-]+)``", faults.read_text(), flags=re.M))
+    assert len(described) >= 8 and all(point in " ".join(shown.stdout.split()) for point in described), described

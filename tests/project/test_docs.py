@@ -127,21 +127,80 @@ def test_checkers_catch_planted_problems(tmp_path: Path) -> None:
     ]
 
 
-def test_readme_keeps_the_ci_test_command_and_the_demo_command() -> None:
+DEMO = 'pip install torch==2.13.0 && pip install -e ".[cpu]" && verl-rfpp demo'
+SUITE = 'pip install -e ".[test]" && python -m pytest -q -n 2 tests'
+FAST_TIER = 'python -m pytest -q -m "not slow and not e2e" tests'
+FIRST_SCREEN = 40  # README lines a reader sees before scrolling (GitHub's page, a terminal)
+# A time or a range of numbers: "0.5-0.8 s", "347 s", "about two minutes", "81.6-272.7"
+_UNIT = r"\s*(?:ms|s|min|minutes?|seconds?|hours?|h)\b"
+TIMING = re.compile(rf"\d+(?:\.\d+)?\s*(?:-|\u2013|to)\s*\d+(?:\.\d+)?(?:{_UNIT})?|\d+(?:\.\d+)?{_UNIT}"
+                    rf"|\b(?:one|two|three|four|five|ten|a few)\s+(?:minutes?|seconds?|hours?)\b", re.I)
+
+
+def _parenthesized(text: str) -> list[str]:
+    """The text of every parenthesized span of ``text``, nested ones too (a link inside one)."""
+    spans, opened = [], []
+    for index, char in enumerate(text):
+        if char == "(":
+            opened.append(index)
+        elif char == ")" and opened:
+            spans.append(text[opened.pop() + 1:index])
+    return spans
+
+
+def _timings_in_parentheses(prose: str) -> list[str]:
+    return [match.group(0) for span in _parenthesized(" ".join(prose.split())) for match in TIMING.finditer(span)]
+
+
+def _readme_screen() -> tuple[list[str], str]:
+    """The README's first screen: its lines in code blocks (comments dropped) and its prose."""
+    code, prose, inside = [], [], False
+    for line in (ROOT / "README.md").read_text().splitlines()[:FIRST_SCREEN]:
+        if line.startswith("```"):
+            inside = not inside
+        elif inside:
+            code.append(line.split("  #", 1)[0].rstrip())
+        else:
+            prose.append(line)
+    return code, "\n".join(prose)
+
+
+def test_the_readmes_first_screen_is_the_install_then_the_two_commands() -> None:
+    """Issue 50: the install into an existing verl environment (the card's first use: it keeps that
+    environment's torch and verl) comes first, then the two commands of a fresh machine, the demo
+    and the whole suite, the suite's line behind the marker ``.ci/run`` reads; no other command
+    crowds the first screen."""
+    code, prose = _readme_screen()
+    assert code == ["pip install --dry-run .", "pip install .", "verl-rfpp doctor", DEMO, SUITE]
+    assert "keeps that environment's torch and verl" in " ".join(prose.split())
     lines = (ROOT / "README.md").read_text().splitlines()
     marker = lines.index("<!-- test-command -->")
+    assert marker < FIRST_SCREEN
     assert lines[marker + 1] == "```bash"  # .ci/run takes the second line after the marker
-    assert lines[marker + 2] == 'pip install -e ".[test]" && python -m pytest -q -n 2 tests'
-    assert 'pip install torch==2.13.0 && pip install -e ".[cpu]" && verl-rfpp demo' in lines
+    assert lines[marker + 2] == SUITE
 
 
-FAST_TIER = 'python -m pytest -q -m "not slow and not e2e" tests'
-
-
-def test_readme_front_page_fits_220_lines_and_names_the_two_minute_tier_ci_runs() -> None:
+def test_the_readme_gives_one_torch_instruction() -> None:
+    """One command installs torch (the demo's, CI's version, .ci/run); every torch version the
+    README pins is that one; the existing environment keeps its own (the first test above)."""
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) <= 220
-    assert f"`{FAST_TIER}`" in readme
+    (pin,) = set(re.findall(r"install python3 torch==([\d.]+)", (ROOT / ".ci" / "run").read_text()))
+    assert f"torch=={pin}" in DEMO
+    installs = [command for command in _commands(ROOT / "README.md") if "pip install torch" in command]
+    assert installs == [DEMO]
+    assert set(re.findall(r"\btorch(?:==| \()(\d[\d.]*\d)", readme)) == {pin}
+
+
+def test_the_readmes_first_screen_has_no_timings_in_parentheses() -> None:
+    """Issue 50: times and ranges live in docs/timings.md, not in asides of the first screen."""
+    assert _timings_in_parentheses(_readme_screen()[1]) == []
+    planted = "a (0.5-0.8 s, [timings](docs/timings.md)) b (2.13.0, CI's; [x](y#a-b)) c (about two minutes) (3 seeds)"
+    assert _timings_in_parentheses(planted) == ["0.5-0.8 s", "two minutes"]
+
+
+def test_the_readmes_fast_tier_row_installs_the_test_extra_and_ci_runs_it() -> None:
+    (row,) = [cells for cells in _readme_table("| tier | command | what |")[1:] if cells[0] == "fast"]
+    assert row[1] == f'`pip install -e ".[test]"`, then `{FAST_TIER}`'
     ci = (ROOT / ".ci" / "run").read_text()
     assert '"$python" -m pytest -q -m "not slow and not e2e" tests' in ci  # the tier, on verl 0.9.0
     assert "python3 -m ruff check ." in ci
@@ -227,3 +286,15 @@ def test_the_readmes_rule_table_applies_each_rule_to_its_families() -> None:
     assert {rule_id for rule_id, *_ in rows} == {rule.id for rule in validation.RULES}
     for rule_id, _, _, applies, _ in rows:
         assert names[applies] == set(validation.rule(rule_id).families), rule_id
+
+
+def test_the_readmes_rule_table_has_the_contracts_rules_with_their_families() -> None:
+    """The README's rows name the rules of contract section 6.2's table, each applied to the
+    families that table gives it (README: both / baseline / REINFORCE++; contract: all / group / returns)."""
+    contract = (ROOT / "docs" / "contract.md").read_text()
+    table = contract[contract.index("| id | rule | families | keys |"):].split("\n\n", 1)[0].splitlines()[2:]
+    families = {cells[0]: cells[2] for cells in ([c.strip() for c in line.strip("|").split(" | ")] for line in table)}
+    words = {"both": "all", "baseline": "group", "REINFORCE++": "returns"}
+    _, *rows = _readme_table("| rule | setting | rejected when | applies to | why |")
+    assert {rule_id for rule_id, *_ in rows} == set(families)
+    assert {(rule_id, words[applies]) for rule_id, _, _, applies, _ in rows} == set(families.items())

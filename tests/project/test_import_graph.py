@@ -117,6 +117,20 @@ def test_the_graph_sees_every_kind_of_import():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+RUN_MODULES = ("run_metrics", "checkpoints", "configuration", "launch")  # docs/layout.md, "A CPU run of main_ppo"
+
+
+def test_a_cpu_runs_modules_import_down_their_order():
+    """What a CPU run is (configuration) and what it leaves across runs (checkpoints) do not reach
+    the supervision (launch) that runs it, nor the metrics files what reads them."""
+    order = {f"verl_rfpp.cpu.{name}": index for index, name in enumerate(RUN_MODULES)}
+    assert all(module in MODULES for module in order)
+    upward = sorted(f"{module}:{line} imports {target}" for module, index in order.items()
+                    for target, line in IMPORTS[module] if order.get(target, -1) > index)
+    assert upward == []
+    assert {target for target, _ in IMPORTS["verl_rfpp.cpu.launch"]} >= set(order) - {"verl_rfpp.cpu.launch"}
+
+
 def test_every_part_has_its_row_and_every_row_a_part():
     table = allowed()
     parts = {part(module) for module in MODULES}

@@ -16,12 +16,22 @@ import torch
 import torch.distributed as dist
 
 from verl_rfpp import EmptyPopulationError, masked_global_normalize
-from verl_rfpp.core.normalization import normalize_row_constant
+from verl_rfpp.core import passes
+from verl_rfpp.core.normalization import normalize_rows
+
+
+def row_constant(row_values, valid, process_group=None):
+    """The section 4 normalization of an advantage constant along each row, as
+    ``reinforce_plus_plus_baseline`` computes it: ``normalize_rows`` over the rows weighted by
+    their lengths, then ``broadcast_rows`` onto the boolean mask ``valid`` (float64)."""
+    normalized_rows, stats = normalize_rows(row_values, passes.row_lengths(valid), process_group=process_group)
+    advantages, _ = passes.broadcast_rows(valid, normalized_rows, row_values, torch.float64)
+    return advantages, stats
 
 
 def run(rank, world_size, init_file, scenarios, result_file):
     """For each scenario ``(name, values_shards, mask_shards)`` normalize this rank's shard; values
-    of shape ``(rows,)`` are row constants (``normalize_row_constant``). Writes
+    of shape ``(rows,)`` are row constants (``row_constant``). Writes
     ``[(name, status, payload, stats)]`` to ``result_file``, or ``("crash", traceback)``."""
     results = []
     try:
@@ -34,7 +44,7 @@ def run(rank, world_size, init_file, scenarios, result_file):
             try:
                 values, mask = values_shards[rank], mask_shards[rank]
                 if values.dim() == 1:
-                    normalized, stats = normalize_row_constant(values, mask.bool(), torch.float64, process_group=group)
+                    normalized, stats = row_constant(values, mask.bool(), process_group=group)
                 else:
                     normalized, stats = masked_global_normalize(values, mask, process_group=group)
                 results.append((name, "ok", normalized.numpy().copy(), tuple(stat.item() for stat in stats)))

@@ -23,7 +23,11 @@ Command line (the worktree's root on ``PYTHONPATH``)::
 
 hunts for SECONDS (default 60), printing every mismatch as a minimal script and the totals;
 with FILEs judges those scripts (a first line ``# args: WORDS`` gives the arguments). Exit 1
-when anything mismatched."""
+when anything mismatched.
+
+One file of over 600 lines on purpose: the grammar, the bash driver, the reader's side and the
+shrinker are one oracle run as one script (the command line above), and each part is read against
+the others."""
 
 from __future__ import annotations
 

@@ -27,9 +27,9 @@ def two_output_run(out: Path) -> TwoOutputRun:
     """verl's v1 trainer, 2 FSDP ranks, 2 steps of REINFORCE++-baseline with the recipe's k2 KL
     loss, tensorboard on, and ``verl_rfpp.cpu.agent.TwoOutputAgentLoop`` (4 prompts x 4 sessions;
     even sessions return two outputs, so 24 rows, 2 mini-batches per step), seed 0."""
-    from verl_rfpp.cpu import advantage_dump, agent, launch
+    from verl_rfpp.cpu import advantage_dump, agent, configuration, launch
 
-    env = {"VERL_USE_EXTERNAL_MODULES": f"{launch.BACKEND},verl_rfpp.cpu.advantage_dump",
+    env = {"VERL_USE_EXTERNAL_MODULES": f"{configuration.BACKEND},verl_rfpp.cpu.advantage_dump",
            advantage_dump.DUMP_ENV: str(out / "dump")}
     result = launch.run("reinforce_plus_plus_baseline", out, steps=2, echo=False, timeout=900, ranks=2,
                         loggers=("console", "tensorboard"),

@@ -50,18 +50,18 @@ def test_the_demos_trainer_keeps_hugging_faces_datasets_cache_in_the_runs_folder
     TMPDIR: all of it in the run's folder (before: under ~/.cache/huggingface/datasets, every demo)."""
     import pandas
 
-    from verl_rfpp.cpu import launch
+    from verl_rfpp.cpu import configuration
 
     run, home, scratch = tmp_path / "run", tmp_path / "home", tmp_path / "tmp"
     for folder in (run, home, scratch):
         folder.mkdir()
     pandas.DataFrame({"prompt": ["1+1", "2+2"]}).to_parquet(run / "train.parquet")
-    env = {**launch.trainer_environment(run), "HOME": str(home)}
+    env = {**configuration.trainer_environment(run), "HOME": str(home)}
     env["TMPDIR"] = str(scratch)  # the trainer's own (the run's tmp/) would hide what lands in a TMPDIR
     data = str(run / "train.parquet")
     code = f"import datasets; print(len(datasets.load_dataset('parquet', data_files={data!r})['train']))"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.split()[-1] == "2", done.stderr[-2000:]
     assert os.listdir(home) == [] and os.listdir(scratch) == [], (os.listdir(home), os.listdir(scratch))
-    cache = run / launch.TEMP / "huggingface" / "datasets"
+    cache = run / configuration.TEMP / "huggingface" / "datasets"
     assert any(cache.iterdir()), "the datasets cache is not in the run's folder"

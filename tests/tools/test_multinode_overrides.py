@@ -11,11 +11,12 @@ import pytest
 from verl_rfpp.adapter.compose import compose_verl_config
 from verl_rfpp.cli import main as cli
 from verl_rfpp.cli import multinode
-from verl_rfpp.cpu import launch
+from verl_rfpp.cpu import configuration
+from verl_rfpp.errors import LaunchError
 
 pytestmark = pytest.mark.slow  # runs launch scripts (bash) with stand-ins
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / launch.MULTINODE_EXAMPLE
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / configuration.MULTINODE_EXAMPLE
 PATHS = {"train": "/data/train.parquet", "test": "/data/test.parquet", "model": "/models/tiny"}
 
 
@@ -27,7 +28,7 @@ def _script_overrides():
 
 def test_example_overrides_are_the_scripts_minus_model_data_vllm_and_gpu_counts():
     overrides = multinode.example_overrides(nodes=2)
-    assert overrides[0] == "algorithm.adv_estimator=" + launch.MULTINODE_ESTIMATOR
+    assert overrides[0] == "algorithm.adv_estimator=" + configuration.MULTINODE_ESTIMATOR
     assert "trainer.experiment_name=qwen2.5-7b_gsm8k_rfpp_baseline_2x1" in overrides  # bash expanded it
     keys = {o.split("=", 1)[0] for o in overrides}
     written = {o.split("=", 1)[0] for o in _script_overrides()}
@@ -40,13 +41,13 @@ def test_example_overrides_are_the_scripts_minus_model_data_vllm_and_gpu_counts(
 
 def test_the_cpu_run_passes_every_example_override_but_the_replaced_ones(tmp_path):
     example = multinode.example_overrides(nodes=2)
-    run = launch.trainer_overrides(launch.MULTINODE_ESTIMATOR, PATHS, 2, False, tmp_path, nodes=2,
-                                   address="127.0.0.1:6379", example=example)
-    replaced = {o.split("=", 1)[0] for o in example} & set(launch.REPLACED_FOR_CPU)
-    assert replaced == set(launch.REPLACED_FOR_CPU)  # each replacement still replaces something
+    run = configuration.trainer_overrides(configuration.MULTINODE_ESTIMATOR, PATHS, 2, False, tmp_path, nodes=2,
+                                          address="127.0.0.1:6379", example=example)
+    replaced = {o.split("=", 1)[0] for o in example} & set(configuration.REPLACED_FOR_CPU)
+    assert replaced == set(configuration.REPLACED_FOR_CPU)  # each replacement still replaces something
     for override in example:
         key = override.split("=", 1)[0]
-        assert (override in run) != (key in launch.REPLACED_FOR_CPU), override
+        assert (override in run) != (key in configuration.REPLACED_FOR_CPU), override
     keys = [o.split("=", 1)[0].lstrip("+") for o in run]
     assert len(keys) == len(set(keys))  # one value per key: nothing for Hydra to resolve by order
     config = compose_verl_config(run)
@@ -61,13 +62,13 @@ def test_the_cpu_run_passes_every_example_override_but_the_replaced_ones(tmp_pat
 
 
 def test_one_node_runs_bind_their_ray_to_loopback(tmp_path):
-    run = launch.trainer_overrides("reinforce_plus_plus", PATHS, 2, False, tmp_path)
+    run = configuration.trainer_overrides("reinforce_plus_plus", PATHS, 2, False, tmp_path)
     assert "+ray_kwargs.ray_init._node_ip_address=127.0.0.1" in run
-    assert launch.trainer_environment(tmp_path)["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    assert configuration.trainer_environment(tmp_path)["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
 
 
 def test_a_missing_example_script_is_a_clear_error(tmp_path):
-    with pytest.raises(launch.LaunchError, match="source checkout"):
+    with pytest.raises(LaunchError, match="source checkout"):
         multinode.example_overrides(2, tmp_path / "missing.sh")
 
 

@@ -151,33 +151,34 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     import os
 
-    from verl_rfpp.cpu import demo, launch
+    from verl_rfpp.cpu import checkpoints, demo
+    from verl_rfpp.errors import LaunchError
 
     lock = None
     if args.out:  # one run per folder, held until this process ends (before Ray, before any file of the run)
         try:
-            lock = launch.hold_folder(args.out)
-        except launch.LaunchError as busy:
+            lock = checkpoints.hold_folder(args.out)
+        except LaunchError as busy:
             print(f"verl-rfpp demo: {busy}.")
             return 2
     try:
-        return _demo_in(args, demo, launch)
+        return _demo_in(args, demo, checkpoints)
     finally:
         if lock is not None:
             os.close(lock)
 
 
-def _demo_in(args: argparse.Namespace, demo, launch) -> int:
+def _demo_in(args: argparse.Namespace, demo, checkpoints) -> int:
     """``_demo`` once the folder is the run's: the resume's checks, then the run; a SIGTERM (a
     scheduler's) stops it as a Ctrl-C does, and either ends in one line with the resume command."""
     import signal
 
     if args.resume:
-        problem = launch.resume_problem(args.out, args.steps, _run_settings(args))
+        problem = checkpoints.resume_problem(args.out, args.steps, _run_settings(args))
         if problem:
             print(f"verl-rfpp demo: {problem}.")
             return 2
-        note = launch.resume_note(args.out)
+        note = checkpoints.resume_note(args.out)
         if note:
             print(f"verl-rfpp demo: {note}.")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="verl-rfpp-demo-"))
@@ -190,7 +191,7 @@ def _demo_in(args: argparse.Namespace, demo, launch) -> int:
 
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        _private_caches(out, launch)
+        _private_caches(out)
         passed = _run_demo(args, out)
         keep = keep or not passed
         return 0 if passed else 1
@@ -204,7 +205,7 @@ def _demo_in(args: argparse.Namespace, demo, launch) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
-def _private_caches(out: Path, launch) -> None:
+def _private_caches(out: Path) -> None:
     """What the demo's processes would leave in the user's HOME and TMPDIR goes to the run's folder
     instead (contract section 6.5: nothing left behind): torch's ``torchinductor_USER`` folder, made
     in the temporary directory when torch is imported (by the demo before its trainer, which has the
@@ -212,10 +213,10 @@ def _private_caches(out: Path, launch) -> None:
     A location the user set (``TORCHINDUCTOR_CACHE_DIR``, Ray's ``RAY_AUTH_*``) is kept."""
     import os
 
-    from verl_rfpp.cpu import cluster
+    from verl_rfpp.cpu import cluster, configuration
 
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(out / launch.TEMP / "torchinductor"))
-    cluster.private_auth_token(out / launch.TEMP)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(out / configuration.TEMP / "torchinductor"))
+    cluster.private_auth_token(out / configuration.TEMP)
 
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # an --out the demo cannot write
@@ -234,7 +235,7 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     # mean nothing to a reader: they go to messages.log in ``out`` (--verbose: to the terminal).
     with quiet.quiet("demo", verbose=args.verbose, stdout=True) as log:
         from verl_rfpp.cli import multinode
-        from verl_rfpp.cpu import assets, demo, launch, trace
+        from verl_rfpp.cpu import assets, checkpoints, configuration, demo, launch, trace
 
         assets.build_all(out / "assets")
     if log.path:
@@ -242,8 +243,8 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
     trainer = "legacy" if args.legacy else "v1"
     turns = ", multi-turn with a toy tool" if args.multi_turn else ""
     if args.nodes > 1:  # the multi-node example's run: its estimator, one rank per node
-        args.estimator, args.ranks = launch.MULTINODE_ESTIMATOR, args.nodes
-        print(f"verl-rfpp demo: examples/{launch.MULTINODE_EXAMPLE} on a Ray cluster of {args.nodes} nodes on "
+        args.estimator, args.ranks = configuration.MULTINODE_ESTIMATOR, args.nodes
+        print(f"verl-rfpp demo: examples/{configuration.MULTINODE_EXAMPLE} on a Ray cluster of {args.nodes} nodes on "
               f"this machine (loopback), one rank per node.", flush=True)
     where = f"Files in {out}" if args.out else "Files in a temporary folder, removed at the end (--out DIR keeps them)"
     print(f"verl-rfpp demo: {args.estimator} in verl's {trainer} trainer, {args.ranks} "
@@ -256,9 +257,9 @@ def _run_demo(args: argparse.Namespace, out: Path) -> bool:
         if not args.verbose:
             print(demo.progress_line(step, args.steps, metrics), flush=True)
 
-    trained = args.steps - (launch.saved_step(out) or 0) if args.resume else args.steps  # this run's steps
+    trained = args.steps - (checkpoints.saved_step(out) or 0) if args.resume else args.steps  # this run's steps
     if args.save_every:
-        launch.write_run_settings(out, settings)
+        checkpoints.write_run_settings(out, settings)
     example = multinode.example_overrides(args.nodes) if args.nodes > 1 else ()
     try:
         result = launch.run(args.estimator, out, steps=args.steps, legacy=args.legacy, echo=args.verbose,

@@ -1,7 +1,7 @@
 """``verl-rfpp demo --nodes N``'s overrides: the ones ``examples/<MULTINODE_EXAMPLE>`` passes to
 ``main_ppo``, read from the script itself as ``verl-rfpp check`` reads it (``verl_rfpp.cli.scripts``:
-statically, nothing of it runs), given to the CPU launcher (``verl_rfpp.cpu.launch``, which imports
-nothing of ``cli``)."""
+statically, nothing of it runs), given to the CPU run's configuration (``verl_rfpp.cpu.configuration``, which
+imports nothing of ``cli``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Optional
 
 from verl_rfpp.cli import scripts
-from verl_rfpp.cpu.launch import MULTINODE_EXAMPLE, NOT_FOR_CPU, LaunchError, examples_dir
+from verl_rfpp.cpu.configuration import MULTINODE_EXAMPLE, NOT_FOR_CPU, examples_dir
+from verl_rfpp.errors import LaunchError
 
 
 def example_overrides(nodes: int, script: Optional[Path] = None) -> list[str]:

@@ -184,40 +184,6 @@ def normalize_rows(
     return normalized_rows, stats
 
 
-def normalize_row_constant(
-    row_values: torch.Tensor,
-    valid: torch.Tensor,
-    dtype: torch.dtype,
-    *,
-    process_group: Optional[dist.ProcessGroup] = None,
-    variance_floor: float = VARIANCE_FLOOR,
-) -> tuple[torch.Tensor, NormalizationStats]:
-    """``normalize_rows`` broadcast to ``where(m, (v_i - mu) / sqrt(max(var, floor)), 0)`` in
-    ``dtype``, ``valid`` being the boolean ``(bs, T)`` mask."""
-    inputs.check_process_group(process_group)
-    try:
-        inputs.check_tensor(valid, "valid")
-        if valid.dtype != torch.bool:
-            raise RfppInputError(f"verl_rfpp: valid must be a bool tensor, got {valid.dtype}; pass response_mask != 0.")
-        if (not isinstance(row_values, torch.Tensor) or row_values.shape != valid.shape[:1]
-                or row_values.dtype not in inputs.VALUE_DTYPES):
-            raise RfppInputError(
-                f"verl_rfpp: row_values must be a ({inputs.dtype_names(inputs.VALUE_DTYPES)}) tensor of shape "
-                f"({valid.shape[0]},), one value per row of valid; got {inputs.describe(row_values)}."
-            )
-        if dtype not in inputs.VALUE_DTYPES:
-            raise RfppInputError(f"verl_rfpp: dtype = {dtype!r}; supported: {inputs.dtype_names(inputs.VALUE_DTYPES)}.")
-        lengths = passes.row_lengths(valid)
-        row_values = row_values.detach().to(valid.device)
-    except Exception as error:
-        refuse_on_every_rank(error, process_group, row_values, valid)
-    normalized_rows, stats = normalize_rows(
-        row_values, lengths, process_group=process_group, variance_floor=variance_floor
-    )
-    zero = torch.zeros((), dtype=dtype, device=valid.device)
-    return torch.where(valid, normalized_rows.to(dtype)[:, None], zero), stats
-
-
 def _checked_count(count: torch.Tensor) -> torch.Tensor:
     """``N`` clamped at 1 after asserting ``N > 0`` on the device (no host sync on accelerators)."""
     try:

@@ -1,8 +1,8 @@
 """The CPU backend's one activating module (docs/layout.md): importing it changes verl.
 
 Imported in every verl process through ``VERL_USE_EXTERNAL_MODULES=verl_rfpp.cpu.backend``, which
-the launcher (``verl-rfpp demo``, ``verl_rfpp.cpu.launch``) sets together with ``VERL_PLATFORM=cpu``.
-Importing it:
+the CPU run's environment (``verl_rfpp.cpu.configuration.trainer_environment``: ``verl-rfpp demo``)
+sets together with ``VERL_PLATFORM=cpu``. Importing it:
 
 - registers a ``cpu`` platform (gloo collectives) in verl's platform registry;
 - registers the ``hf_cpu`` rollout (transformers ``generate``) in verl's replica and adapter

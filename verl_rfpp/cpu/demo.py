@@ -11,15 +11,9 @@ from typing import Optional
 
 from verl_rfpp import catalog
 from verl_rfpp.cpu import cluster, trace
-from verl_rfpp.cpu.launch import (
-    CHECKPOINTS,
-    METRICS,
-    RUN_SETTINGS,
-    WORKER_GRACE_S,
-    RunResult,
-    resume_problem,
-    saved_step,
-)
+from verl_rfpp.cpu.checkpoints import CHECKPOINTS, RUN_SETTINGS, resume_problem, saved_step
+from verl_rfpp.cpu.launch import WORKER_GRACE_S, RunResult
+from verl_rfpp.cpu.run_metrics import METRICS
 
 REWARD = "critic/score/mean"
 KL_LOSS = "actor/kl_loss"

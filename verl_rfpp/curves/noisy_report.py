@@ -1,6 +1,7 @@
-"""The noisy task's results.json, plots and report.md, and docs/bandit.md's paragraph on it: every
-yes / no / mixed they say is ``noisy_analysis``'s rule applied to the runs (``noisy_analysis.answer``),
-so the words cannot drift from ``results.json``."""
+"""The noisy task's results.json, plots and report.md: every yes / no / mixed they say is
+``noisy_analysis``'s rule applied to the runs (``noisy_analysis.answer``), so the words cannot drift
+from ``results.json``. docs/bandit.md's paragraph on them is prose, held to results.json by
+tests/curves/test_curves_noisy.py."""
 
 from __future__ import annotations
 
@@ -457,50 +458,6 @@ def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, 
                  f"**{words['informative_reward_lower_for_grpo']}**: GRPO minus baseline informative true reward "
                  f"{_interval(slow, 2)} (best {best:.2f}), GRPO's lower in {_count(slow, -1)}{noise_slow} |")
     return lines + ["", "[t-interval] after each difference: its mean and 95% t-interval over the paired seeds.", ""]
-
-
-def bandit_paragraph(results: dict) -> str:
-    """docs/bandit.md's paragraph on the verl runs of one optimizer, from ``results`` (a results.json
-    of the separate design, AdamW's or SGD's): each word the rule's, each number read from it with its
-    95% t-interval."""
-    lr = next(iter(results["verdicts"]))
-    v = results["verdicts"][lr]
-    part = results.get("noise_part", {}).get(lr)
-    optimizer = optimizer_of(results["runs"][0])
-    report = output_name(results["settings"]["design"], "report.md", optimizer)
-    if optimizer == "adamw":
-        text = ("In verl's real trainer, with a small network and AdamW instead of a table and SGD "
-                f"([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds), the report's rule "
-                "gives: GRPO's flat advantages are full-size there too")
-    else:
-        text = (f"With {noisy_task.OPTIMIZER_LABEL[optimizer]}, the bandit's optimizer, on the same network "
-                f"([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds, one shared rate "
-                f"lr {float(lr):g} for both methods, chosen noise-free before any noisy run), the same rule gives: "
-                "GRPO's flat advantages are full-size")
-    text += f" (rms {v['flat_adv_rms']['ratio']:.2f}x the baseline's, by construction)"
-    if part:
-        head = part["answers"]
-        text += (f". The claim asks what the noise does, so the headline is the noise's part (GRPO minus the "
-                 "baseline with noise, minus the same without, seed by seed; mean and 95% t-interval): "
-                 f"**{part['plain']}**. The noise slowed GRPO's informative learning more than the baseline's: "
-                 f"{head['informative_reward_lower_for_grpo']} "
-                 f"({_interval(part['informative_true_reward']['noise_part'], 2)}, primary sign-flip p "
-                 f"{part['primary']['informative_true_reward']:.3f}); the noise moved GRPO's "
-                 f"flat prompts further than the baseline's: {head['flat_moved_more']} "
-                 f"({_interval(part['flat_kl_from_start']['noise_part'], 2)}, primary sign-flip p "
-                 f"{part['primary']['flat_kl_from_start']:.3f}). Without noise GRPO's informative true reward was "
-                 f"already {_interval(part['informative_true_reward']['noise_free'], 2)} from the baseline's")
-    text += (f". With noise alone, GRPO minus the baseline: informative true reward "
-             f"{_interval(v['informative_true_reward'], 2)} ({v['answers']['informative_reward_lower_for_grpo']}), "
-             f"flat KL from the start {_interval(v['flat_kl_from_start'], 2)} ({v['answers']['flat_moved_more']}).")
-    cells = results.get("channels", {}).get(lr, {})
-    if all(key in cells for key in (GRPO, OURS)):
-        text += (" A probe in verl's driver says through which parameters the flat prompts moved (its rule: a "
-                 f"channel carries the movement when it alone keeps at least {CARRIES:.0%} of the flat KL in every "
-                 "seed): " + "; ".join(
-                     f"{CHANNEL_OF[name]}: {cells[GRPO][name]['carries']} for GRPO, {cells[OURS][name]['carries']} "
-                     "for the baseline" for name in CHANNELS) + ".")
-    return text + " That report compares the two claim by claim, matched progress at every level included."
 
 
 def _gap_table(records: list[dict], title: str) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from verl_rfpp import catalog
-from verl_rfpp.cpu import launch
+from verl_rfpp.cpu import configuration, launch
 from verl_rfpp.cpu import trace as run_trace
 from verl_rfpp.errors import RfppError
 
@@ -38,7 +38,7 @@ class Method:
 METHODS = (
     *(Method(f"{side}_{record.short}", f"{side} {record.label}", record.name, side == "ours")
       for record in (catalog.REINFORCE_PLUS_PLUS_BASELINE, catalog.REINFORCE_PLUS_PLUS) for side in ("ours", "verl")),
-    Method("verl_grpo", "verl GRPO", launch.GRPO, False),
+    Method("verl_grpo", "verl GRPO", configuration.GRPO, False),
 )
 
 
