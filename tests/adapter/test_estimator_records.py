@@ -2,10 +2,9 @@
 is registered in verl's real registry, guarded, validated by its family's rules, has a recipe and
 a CLI choice; every registered entry of ours survives a pickle round trip (Ray ships them).
 
-A real third estimator would touch: ``verl_rfpp/catalog.py`` (its record), ``verl_rfpp/estimators.py``
-(its pure function), docs/contract.md (its section and the family column, if a new family) and the
-README's table; the registry entry, guard, patch, rules, recipe, session hook, CLI choices and
-experiments' labels follow from the record.
+A real third estimator follows docs/layout.md's "Add an estimator" checklist
+(tests/project/test_fourth_estimator.py walks it); the registry entry, guard, patch, rules, recipe,
+session hook, doctor's kernel check, CLI choices and experiments' method lists follow from the record.
 """
 
 from __future__ import annotations
@@ -21,16 +20,17 @@ from verl_rfpp.adapter import registries, table
 from verl_rfpp.adapter.patching import is_ours
 from verl_rfpp.tools import cli
 
+THIRD = catalog.Estimator(name="reinforce_plus_plus_baseline_floored", label="REINFORCE++-baseline (floored)",
+                          short="floored", family=catalog.GROUP,
+                          examples=catalog.REINFORCE_PLUS_PLUS_BASELINE.examples)
 
+
+@catalog.implements(THIRD)
 def floored_baseline(token_level_rewards, response_mask, index, *, session=None):
     """REINFORCE++-baseline with another variance floor (this test's third estimator): the
     baseline's result with its advantages halved, so a test can tell which function ran."""
     result = estimators.reinforce_plus_plus_baseline(token_level_rewards, response_mask, index, session=session)
     return result._replace(advantages=result.advantages / 2)
-
-
-THIRD = catalog.Estimator(name="reinforce_plus_plus_baseline_floored", label="REINFORCE++-baseline (floored)",
-                          short="floored", family=catalog.GROUP, function=f"{__name__}:floored_baseline")
 
 
 @pytest.fixture
