@@ -84,3 +84,36 @@ def test_the_third_entry_and_the_policy_loss_survive_a_pickle_round_trip(third):
     entry = third.get_adv_estimator_fn(THIRD.name)
     assert pickle.loads(pickle.dumps(entry)) == entry
     assert pickle.loads(pickle.dumps(third.get_policy_loss_fn(catalog.POLICY_LOSS_MODE))) is rfpp_policy_loss
+
+
+def test_a_record_without_a_function_says_how_to_bind_one():
+    unbound = catalog.Estimator(name="unbound_estimator", label="unbound", short="unbound", family=catalog.RETURNS,
+                                examples=())
+    with pytest.raises(LookupError, match=r"@verl_rfpp\.catalog\.implements"):
+        unbound.compute()
+
+
+def test_a_record_has_one_function(monkeypatch):
+    monkeypatch.setattr(catalog, "_FUNCTIONS", dict(catalog._FUNCTIONS))
+    assert catalog.implements(THIRD)(floored_baseline) is floored_baseline  # the same definition again: kept
+    with pytest.raises(ValueError, match="already implemented by .*floored_baseline"):
+        catalog.implements(THIRD)(estimators.reinforce_plus_plus_baseline)
+    assert catalog.REINFORCE_PLUS_PLUS.compute() is estimators.reinforce_plus_plus
+    assert catalog.REINFORCE_PLUS_PLUS_BASELINE.compute() is estimators.reinforce_plus_plus_baseline
+
+
+def test_doctor_runs_every_records_examples_and_fails_on_a_wrong_result(third, monkeypatch):
+    """THIRD carries the baseline's examples but halves the advantages: doctor's kernel check names
+    it, runs it with both masks, and fails on it (the shipped records' examples still pass)."""
+    from verl_rfpp.core import passes
+    from verl_rfpp.tools import doctor
+
+    monkeypatch.setenv(passes.CPU_KERNELS_VARIABLE, "1")
+    labels = [label for label, *_ in doctor.kernel_cases()]
+    assert [label for label in labels if label.startswith(THIRD.name + ",")] == [
+        f"{THIRD.name}, int64 mask", f"{THIRD.name}, bool mask"]
+    assert {label.split(",")[0] for label in labels} == set(catalog.names())
+    label, ok = doctor.cpu_kernels_checks()[0]
+    assert not ok and label.startswith("CPU kernels give wrong values: ")
+    assert [wrong.split(":")[0] for wrong in label.split(": ", 1)[1].split("; ")] == [
+        f"{THIRD.name}, int64 mask", f"{THIRD.name}, bool mask"]
