@@ -17,6 +17,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from verl_rfpp import catalog
 from verl_rfpp.core import inputs, passes
 from verl_rfpp.core.groups import group_centered_rewards, session_centered_rewards
 from verl_rfpp.core.normalization import NormalizationStats, normalize_rows, normalize_with_sums, refuse_on_every_rank
@@ -135,6 +136,7 @@ def _check_centered_fits(centered: torch.Tensor, lengths: torch.Tensor, dtype: t
         raise NonFiniteError(_overflow_message(int((~fits).nonzero()[0]), dtype))
 
 
+@catalog.implements(catalog.REINFORCE_PLUS_PLUS)
 def reinforce_plus_plus(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -171,6 +173,7 @@ def reinforce_plus_plus(
     return EstimatorResult(advantages.to(dtype), returns, stats)
 
 
+@catalog.implements(catalog.REINFORCE_PLUS_PLUS_BASELINE)
 def reinforce_plus_plus_baseline(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,

@@ -73,9 +73,9 @@ def activate() -> None:
             patch.install()
     except Exception:
         logger.exception(
-            "verl_rfpp could not activate; verl's own reinforce_plus_plus and "
-            "reinforce_plus_plus_baseline (which differ from the contract) may run instead. "
-            "Run `verl-rfpp doctor`."
+            "verl_rfpp could not activate; verl's own estimators of our names (%s), which differ from the "
+            "contract, may run instead. Run `verl-rfpp doctor`.",
+            ", ".join(patch.slot.key for patch in table.ESTIMATOR_PATCHES),
         )
         raise
 

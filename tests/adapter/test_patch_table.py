@@ -335,8 +335,7 @@ def _v1_advantages():
 # patch name -> a GRPO run's call of the verl function it patches (registry entries: every lookup)
 GRPO_CALLS = {
     "validate_config wrapper": _validate_config,
-    "estimator reinforce_plus_plus": _advantages,
-    "estimator reinforce_plus_plus_baseline": _advantages,
+    **{f"estimator {name}": _advantages for name in catalog.names()},  # one per record
     "policy loss rfpp": _policy_losses,
     "Tracking.log metrics hook": _tracking_log,
     "ppo_loss reads no masked slot (rfpp actor)": _ppo_loss,
@@ -344,7 +343,7 @@ GRPO_CALLS = {
     "Ray job loads the driver's plugin everywhere (runtime_env)": _runtime_env,
     "worker plugin check (trainer init_workers)": _legacy_init_workers,
     "worker plugin check (v1 trainer init)": _v1_init,
-    "baseline counts each agent session once (v1 trainer)": _v1_advantages,
+    f"{catalog.GROUP.name} family counts each agent session once (v1 trainer)": _v1_advantages,
 }
 
 

@@ -268,7 +268,7 @@ def test_the_readmes_recipe_table_is_the_records_recipes() -> None:
     """The README's recipe table: one column per estimator record (its label), holding its recipe."""
     from verl_rfpp import catalog
 
-    header, *rows = _readme_table("| REINFORCE++-baseline | REINFORCE++ |")
+    header, *rows = _readme_table("| " + " | ".join(record.label for record in catalog.in_report_order()) + " |")
     columns: dict[str, set[str]] = {label: set() for label in header}
     for row in rows:
         left: set[str] = set()
@@ -276,6 +276,16 @@ def test_the_readmes_recipe_table_is_the_records_recipes() -> None:
             left = _overrides(cell, left)
             columns[label] |= left
     assert columns == {record.label: set(record.recipe) for record in catalog.ESTIMATORS}
+
+
+def test_every_estimator_record_has_its_contract_section() -> None:
+    """A top-level section of docs/contract.md headed ``N. LABEL (`name`...``, for every record."""
+    from verl_rfpp import catalog
+
+    text = (ROOT / "docs" / "contract.md").read_text()
+    missing = [record.name for record in catalog.ESTIMATORS
+               if not re.search(rf"^## \d+\. {re.escape(record.label)} \(`{re.escape(record.name)}`", text, re.M)]
+    assert missing == []
 
 
 def test_the_readmes_rule_table_applies_each_rule_to_its_families() -> None:

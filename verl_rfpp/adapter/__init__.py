@@ -20,8 +20,8 @@ subsystem):
 - ``runtime_env``: the Ray job of a run of ours loads the plugin on every node (section 8.6);
 - ``workers``: a run of ours checks, before its first rollout, that every worker runs this plugin
   at the driver's version (section 8.4);
-- ``sessions``: in verl's v1 advantage step, REINFORCE++-baseline counts each agent session once
-  in its prompt's group mean (section 3.7).
+- ``sessions``: in verl's v1 advantage step, an estimator of the group family
+  (REINFORCE++-baseline) counts each agent session once in its prompt's group mean (section 3.7).
 
 Each patch states the verl internals it relies on and checks all of them before it changes
 anything (``verl_rfpp.adapter.patching``): a verl that moved one gets that patch recorded as failed,

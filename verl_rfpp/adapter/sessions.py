@@ -6,7 +6,8 @@ sub-agents) as its own row, under the TransferQueue key ``{uid}_{session_id}_{in
 (``v1/agent_loop_tq.py``), with the session's final reward copied onto every output. The rows
 reach the estimator with only their ``uid``; the session is in the keys, which
 ``trainer_base._compute_advantage`` passes to ``compute_advantage_for_multi_trajectories`` (verl
-uses them for GRPO only). The hook wraps that function: for REINFORCE++-baseline it reads each
+uses them for GRPO only). The hook wraps that function: for an estimator of ours whose family
+groups responses (``catalog.Family.groups``: REINFORCE++-baseline) it reads each
 row's session (``{uid}_{session_id}``) from its key and holds it for the estimator call inside
 (``current``), so that each session counts once in its prompt's group mean.
 """
@@ -49,8 +50,8 @@ def session_labels(batch_keys: Any, uids: Any) -> np.ndarray:
             raise SessionKeyError(
                 f"verl_rfpp: verl's batch key {key!r} of row {row} (uid {uid!r}) is not "
                 "'{uid}_{session_id}_{index}', the format of verl 0.9.1's v1 trainer; the plugin cannot "
-                "tell which rows are outputs of one agent session, so REINFORCE++-baseline would count "
-                "a session once per output (docs/contract.md section 3.7). Use a tested verl "
+                "tell which rows are outputs of one agent session, so an estimator of the group family "
+                "would count a session once per output (docs/contract.md section 3.7). Use a tested verl "
                 "(`verl-rfpp doctor`)."
             )
         labels[row] = prefix
@@ -76,7 +77,7 @@ def uses_sessions(adv_estimator: Any) -> bool:
 
 def _counting_sessions(original: Any) -> Any:
     """``trainer_base.compute_advantage_for_multi_trajectories`` that, for an estimator of ours of
-    the group family only (REINFORCE++-baseline), tells the estimator each row's agent session
+    the group family only (``uses_sessions``), tells the estimator each row's agent session
     (``current``); any other estimator reaches verl's function untouched."""
 
     @functools.wraps(original)

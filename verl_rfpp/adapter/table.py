@@ -10,7 +10,7 @@ it does for a run that is not ours. The wrappers' bodies live in the module of t
 
 from __future__ import annotations
 
-from verl_rfpp import losses
+from verl_rfpp import catalog, losses
 from verl_rfpp.adapter import actor_loss, config, engine, registries, runtime_env, sessions, tracking, workers
 from verl_rfpp.adapter.patching import FINDER, Attribute, Entry, MetaPathEntry, Patch
 from verl_rfpp.catalog import POLICY_LOSS_MODE
@@ -110,12 +110,13 @@ V1_WORKERS = Patch(
     others=UNCHANGED + " unless the estimator is ours",
 )
 SESSIONS = Patch(
-    name="baseline counts each agent session once (v1 trainer)",
+    name=f"{catalog.GROUP.name} family counts each agent session once (v1 trainer)",
     module=sessions.V1_TRAINER,
     slot=Attribute(sessions.FUNCTION),
     replace=sessions._counting_sessions,
     internals=sessions.INTERNALS,
-    others=UNCHANGED + " unless the estimator is of the group family (reinforce_plus_plus_baseline)",
+    others=UNCHANGED + f" unless the estimator is of the {catalog.GROUP.name} family ("
+                       + ", ".join(record.name for record in catalog.of_family(catalog.GROUP)) + ")",
 )
 
 # The finder first (the others may wait for it), then the validation wrapper, so that a later

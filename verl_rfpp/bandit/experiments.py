@@ -16,9 +16,12 @@ from verl_rfpp.errors import RfppError
 GRPO, RLOO = "grpo", "rloo"
 GRPO_POP = "grpo_population_std"  # GRPO standardized with the population std (ddof 0); not in verl
 RFPP, BASELINE = catalog.REINFORCE_PLUS_PLUS.name, catalog.REINFORCE_PLUS_PLUS_BASELINE.name
-# (prompts per step, samples per prompt): every method sees 256 samples per step
-BATCH_SHAPE = {GRPO: (32, 8), GRPO_POP: (32, 8), RLOO: (32, 8), BASELINE: (32, 8), RFPP: (256, 1)}
-NOISE_METHODS = (GRPO, GRPO_POP, BASELINE, RFPP)
+OURS = tuple(record.name for record in catalog.in_report_order())  # every estimator record, group family first
+# (prompts per step, samples per prompt): every method sees 256 samples per step; ours by family
+GROUP_SHAPE = (32, 8)
+BATCH_SHAPE = {GRPO: GROUP_SHAPE, GRPO_POP: GROUP_SHAPE, RLOO: GROUP_SHAPE,
+               **{name: GROUP_SHAPE if catalog.estimator(name).family.groups else (256, 1) for name in OURS}}
+NOISE_METHODS = (GRPO, GRPO_POP, *OURS)
 
 
 @dataclass(frozen=True)
@@ -45,16 +48,13 @@ LADDER = tuple(float(f"{m}e{e}") for e in range(-3, 9) for m in (1, 3))
 BINARY_TOLERANCE = 0.002
 # three consecutive ladder rates (a factor 10) within the tolerance of the best: a plateau
 PLATEAU_SPAN = 3
-# (result key, advantage_function, (prompts per step, samples per prompt)); the last row is a control:
-# REINFORCE++ with the group methods' batch shape
+# (result key, advantage_function, (prompts per step, samples per prompt)); the last rows are controls:
+# each estimator of ours that does not group (REINFORCE++) with the group methods' batch shape
+BINARY_METHODS = (GRPO, RLOO, *OURS)
 BINARY_RUNS = (
-    (GRPO, GRPO, BATCH_SHAPE[GRPO]),
-    (RLOO, RLOO, BATCH_SHAPE[RLOO]),
-    (BASELINE, BASELINE, BATCH_SHAPE[BASELINE]),
-    (RFPP, RFPP, BATCH_SHAPE[RFPP]),
-    (RFPP + "_32x8", RFPP, (32, 8)),
+    *((method, method, BATCH_SHAPE[method]) for method in BINARY_METHODS),
+    *((name + "_32x8", name, GROUP_SHAPE) for name in OURS if BATCH_SHAPE[name] != GROUP_SHAPE),
 )
-BINARY_METHODS = (GRPO, RLOO, BASELINE, RFPP)
 
 
 def grpo_population_std(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,

@@ -8,10 +8,11 @@ import os
 import time
 from pathlib import Path
 
+from verl_rfpp import catalog
 from verl_rfpp.bandit import experiments as ex
 
-LABELS = {ex.GRPO: "GRPO", ex.GRPO_POP: "GRPO (population std)", ex.RLOO: "RLOO", ex.BASELINE: "REINFORCE++-baseline",
-          ex.RFPP: "REINFORCE++"}
+LABELS = {ex.GRPO: "GRPO", ex.GRPO_POP: "GRPO (population std)", ex.RLOO: "RLOO",
+          **{name: catalog.estimator(name).label for name in ex.OURS}}
 
 
 def run_experiments(out: Path, quick: bool = False) -> dict:
@@ -277,7 +278,7 @@ def _ceiling_lines(results: dict) -> list[str]:
     """The closed-form ceiling of the group methods (``ex.binary_ceiling``) next to their measured tie."""
     ceiling, binary = results["binary_ceiling"], results["binary"]
     settings = results["binary_settings"]
-    groups = [key for key in (ex.GRPO, ex.RLOO, ex.BASELINE) if key in binary]
+    groups = [key for key in ex.BINARY_METHODS if ex.BATCH_SHAPE[key] == ex.GROUP_SHAPE and key in binary]
     prompts, samples = ex.BATCH_SHAPE[ex.GRPO]
     measured = ", ".join(f"{LABELS[key]} {binary[key]['pass_rate']:.4f} +- {binary[key]['pass_rate_std']:.4f}"
                          for key in groups)

@@ -79,32 +79,26 @@ def render(found: Report) -> str:
 
 
 def kernel_cases():
-    """``(label, run, expected returns, expected advantages)``: every CPU kernel (both estimators,
-    bool and int64 masks, both gamma branches), on values whose results are exact."""
+    """``(label, run, expected returns, expected advantages)``: every estimator record's examples
+    (``catalog.Example``, exact values), each with a bool and an int64 mask, through the function
+    bound to the record (every CPU kernel: both families, both gamma branches)."""
     import numpy as np
     import torch
 
-    from verl_rfpp import reinforce_plus_plus, reinforce_plus_plus_baseline
+    def run(record, example, mask):
+        rewards = torch.tensor(example.rewards)
+        if record.family.groups:
+            return lambda: record.compute()(rewards, mask, np.array(example.index, dtype=object))
+        return lambda: record.compute()(rewards, mask, {"gamma": example.gamma})
 
-    int_mask = torch.tensor([[1, 1, 0]])
-    bool_mask = int_mask.bool()
-    pair = np.array(["a", "a"], dtype=object)
-    return [
-        ("reinforce_plus_plus, int64 mask, gamma 1",
-         lambda: reinforce_plus_plus(torch.tensor([[1.0, 2.0, 9.0]]), int_mask),
-         [[3.0, 2.0, 0.0]], [[1.0, -1.0, 0.0]]),
-        ("reinforce_plus_plus, bool mask, gamma 0.5",
-         lambda: reinforce_plus_plus(torch.tensor([[1.0, 4.0, 9.0]]), bool_mask, {"gamma": 0.5}),
-         [[3.0, 4.0, 0.0]], [[-1.0, 1.0, 0.0]]),
-        ("reinforce_plus_plus_baseline, int64 mask",
-         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]),
-                                              int_mask.repeat(2, 1), pair),
-         [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
-        ("reinforce_plus_plus_baseline, bool mask",
-         lambda: reinforce_plus_plus_baseline(torch.tensor([[0.0, 1.0, 9.0], [0.0, 3.0, 9.0]]),
-                                              bool_mask.repeat(2, 1), pair),
-         [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]], [[-1.0, -1.0, 0.0], [1.0, 1.0, 0.0]]),
-    ]
+    cases = []
+    for record in catalog.ESTIMATORS:
+        for example in record.examples:
+            gamma = "" if record.family.groups else f", gamma {example.gamma:g}"
+            for kind, mask in (("int64", torch.tensor(example.mask)), ("bool", torch.tensor(example.mask).bool())):
+                cases.append((f"{record.name}, {kind} mask{gamma}", run(record, example, mask),
+                              [list(row) for row in example.returns], [list(row) for row in example.advantages]))
+    return cases
 
 
 def cpu_kernels_checks() -> list[tuple[str, bool]]:
@@ -125,8 +119,9 @@ def cpu_kernels_checks() -> list[tuple[str, bool]]:
             if result.returns.tolist() != returns or result.advantages.tolist() != advantages:
                 wrong.append(f"{label}: got returns {result.returns.tolist()}, advantages {result.advantages.tolist()}")
         checks = [(
-            f"CPU kernels (numba {numba.__version__}): both estimators, bool and int64 masks, gamma 1 and "
-            "0.5 give the exact values" if not wrong else "CPU kernels give wrong values: " + "; ".join(wrong),
+            f"CPU kernels (numba {numba.__version__}): every estimator ({', '.join(catalog.names())}), "
+            "bool and int64 masks, each record's examples give the exact values"
+            if not wrong else "CPU kernels give wrong values: " + "; ".join(wrong),
             not wrong,
         )]
         where = kernels.cache_directory or "in memory"

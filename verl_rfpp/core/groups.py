@@ -1,6 +1,7 @@
 """Group means: uids and agent sessions factorized into integer ids, and the group-centred
-outcome rewards ``C_i = R_i - b_g`` of REINFORCE++-baseline (docs/contract.md sections 3.2, 3.7, 3.8).
-Plain tensors and numpy; no verl."""
+outcome rewards ``C_i = R_i - b_g`` (REINFORCE++-baseline's, docs/contract.md sections 3.2, 3.7, 3.8).
+Plain tensors and numpy; no verl. Shared by every estimator of the group family, so its messages
+name none of them: they say "a group-baseline estimator" (the family, ``verl_rfpp.catalog.GROUP``)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def group_codes(index: Any, batch: int) -> tuple[torch.Tensor, int, np.ndarray]:
     number, and which rows have no uid (``None``, NaN)."""
     if index is None:
         raise RfppInputError(
-            "verl_rfpp: reinforce_plus_plus_baseline needs `index` (verl's `uid` per response) to "
+            "verl_rfpp: a group-baseline estimator needs `index` (verl's `uid` per response) to "
             "form prompt groups (docs/contract.md section 3); pass index=data.non_tensor_batch['uid']."
         )
     uids = _uid_array(index)
@@ -227,7 +228,7 @@ def _refuse_missing_uids(missing: np.ndarray, is_response: np.ndarray) -> None:
         row = int(rows[0])
         raise RfppInputError(
             f"verl_rfpp: index has no uid (None or NaN) for row {row}, a response with valid "
-            f"tokens ({rows.size} such rows in all); reinforce_plus_plus_baseline groups responses "
+            f"tokens ({rows.size} such rows in all); a group-baseline estimator groups responses "
             "by their prompt's uid (docs/contract.md section 3). Pass one uid per response, "
             "index=data.non_tensor_batch['uid']."
         )

@@ -16,7 +16,6 @@ from verl_rfpp.errors import RfppError
 
 logger = logging.getLogger("verl_rfpp")
 
-BASELINE, RFPP = catalog.REINFORCE_PLUS_PLUS_BASELINE.name, catalog.REINFORCE_PLUS_PLUS.name
 # the module of verl's registry entry for an estimator: ours (``GuardedEstimator``) or verl's own
 OUR_MODULE, VERL_MODULE = "verl_rfpp.adapter.registries", "verl.trainer.ppo.core_algos"
 
@@ -37,7 +36,7 @@ class Method:
 
 METHODS = (
     *(Method(f"{side}_{record.short}", f"{side} {record.label}", record.name, side == "ours")
-      for record in (catalog.REINFORCE_PLUS_PLUS_BASELINE, catalog.REINFORCE_PLUS_PLUS) for side in ("ours", "verl")),
+      for record in catalog.in_report_order() for side in ("ours", "verl")),
     Method("verl_grpo", "verl GRPO", configuration.GRPO, False),
 )
 
@@ -65,9 +64,10 @@ def proof(method: Method, trace: list[str], steps: int) -> str:
 
     Ours: one plugin trace line per step and verl's registry resolving both names to the plugin.
     verl's: no plugin trace line at all and the registry resolving both names to verl's core_algos."""
-    calls = [line for line in trace if run_trace.parse(line)[0] in (BASELINE, RFPP)]
-    resolved = {(fields[BASELINE], fields[RFPP]) for fields in run_trace.lines_of(trace, "metrics")}
-    expected = (OUR_MODULE, OUR_MODULE) if method.ours else (VERL_MODULE, VERL_MODULE)
+    names = catalog.names()
+    calls = [line for line in trace if run_trace.parse(line)[0] in names]
+    resolved = {tuple(fields[name] for name in names) for fields in run_trace.lines_of(trace, "metrics")}
+    expected = (OUR_MODULE if method.ours else VERL_MODULE,) * len(names)
     wanted_calls = steps if method.ours else 0
     own_calls = [line for line in calls if line.startswith(method.estimator + " ")]
     if resolved != {expected} or len(calls) != wanted_calls or len(own_calls) != wanted_calls:
