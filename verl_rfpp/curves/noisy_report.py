@@ -460,23 +460,30 @@ def _bandit_table(lr: str, v: dict, rows: dict, clean_rows: dict, effect: dict, 
 
 
 def bandit_paragraph(results: dict) -> str:
-    """docs/bandit.md's paragraph on the verl runs of one optimizer, from ``results`` (a results.json
-    of the separate design, AdamW's or SGD's): each word the rule's, each number read from it with its
-    95% t-interval."""
+    """docs/bandit.md's paragraph on the verl runs of one arm, from ``results`` (a results.json of the
+    separate design: AdamW's, SGD's at one shared rate, or SGD's at each method's own rate): each word
+    the rule's, each number read from it with its 95% t-interval."""
     lr = next(iter(results["verdicts"]))
     v = results["verdicts"][lr]
     part = results.get("noise_part", {}).get(lr)
     optimizer = optimizer_of(results["runs"][0])
-    report = output_name(results["settings"]["design"], "report.md", optimizer)
+    own_rate = armed(results["runs"])
+    report = output_name(results["settings"]["design"], "report.md", optimizer, own_rate)
     if optimizer == "adamw":
         text = ("In verl's real trainer, with a small network and AdamW instead of a table and SGD "
                 f"([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds), the report's rule "
                 "gives: GRPO's flat advantages are full-size there too")
+    elif own_rate:
+        text = (f"The SGD arm at each method's own rate ([curves/noisy/{report}](curves/noisy/{report}), "
+                f"{len(v['seeds'])} paired seeds, lr {lr}: ours keeps the shared rate, GRPO's equalizes the two "
+                "methods' informative advantage rms in the shared-rate arm's noise-free runs, a criterion fixed "
+                "before any run at it), the same rule gives: GRPO's flat advantages are full-size")
     else:
-        text = (f"With {noisy_task.OPTIMIZER_LABEL[optimizer]}, the bandit's optimizer, on the same network "
-                f"([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds, one shared rate "
-                f"lr {float(lr):g} for both methods, chosen noise-free before any noisy run), the same rule gives: "
-                "GRPO's flat advantages are full-size")
+        label = noisy_task.OPTIMIZER_LABEL[optimizer]
+        text = (f"The SGD arm at one shared rate: with {label}, the bandit's optimizer, "
+                f"on the same network ([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds, "
+                f"one shared rate lr {float(lr):g} for both methods, chosen noise-free before any noisy run), the same "
+                "rule gives: GRPO's flat advantages are full-size")
     text += f" (rms {v['flat_adv_rms']['ratio']:.2f}x the baseline's, by construction)"
     if part:
         head = part["answers"]
