@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from verl_rfpp.curves import report, runs
+from verl_rfpp.experiments import report, runs
 from verl_rfpp.tools import cli
 
 

@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_rfpp.curves import noisy_analysis, noisy_report, noisy_reward, noisy_runs, noisy_task, stats
-from verl_rfpp.curves.runs import METHODS
+from verl_rfpp.experiments import stats
+from verl_rfpp.experiments.noisy import analysis as noisy_analysis
+from verl_rfpp.experiments.noisy import report as noisy_report
+from verl_rfpp.experiments.noisy import reward as noisy_reward
+from verl_rfpp.experiments.noisy import runs as noisy_runs
+from verl_rfpp.experiments.noisy import task as noisy_task
+from verl_rfpp.experiments.runs import METHODS
 from verl_rfpp.tools import cli
 
 P = noisy_task.PREFIX
@@ -105,7 +110,7 @@ def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order(
 def test_verl_loads_the_reward_function_by_the_path_the_runs_give_it(tmp_path):
     """verl executes the file at ``reward.custom_reward_function.path`` without registering it in
     ``sys.modules`` (so, for one, a dataclass there fails to build): the path ``overrides`` gives,
-    loaded as verl loads it, scores like ``noisy_reward.noisy_score``."""
+    loaded as verl loads it, scores like ``noisy.reward.noisy_score``."""
     from verl.utils.import_utils import load_extern_object
 
     from verl_rfpp.cpu.patches import SESSION_KEY

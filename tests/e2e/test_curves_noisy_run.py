@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from verl_rfpp.curves import noisy_task, report
+from verl_rfpp.experiments import report
+from verl_rfpp.experiments.noisy import task as noisy_task
 from verl_rfpp.tools import cli
 
 P = noisy_task.PREFIX

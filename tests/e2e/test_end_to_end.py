@@ -11,7 +11,7 @@ import pytest
 from support.users_cluster import users_cluster
 
 from verl_rfpp.cpu import demo, launch, trace
-from verl_rfpp.curves import runs
+from verl_rfpp.experiments import runs
 from verl_rfpp.tools import cli, multinode
 
 pytestmark = pytest.mark.e2e

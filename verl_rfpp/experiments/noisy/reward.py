@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import random
 
-from verl_rfpp.curves.noisy_task import NoisyTaskError, answer_of
+from verl_rfpp.experiments.noisy.task import NoisyTaskError, answer_of
 
 _TRUTHS: dict[str, dict] = {}
 
