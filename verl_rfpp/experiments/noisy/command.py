@@ -1,6 +1,6 @@
 """``verl-rfpp curves --task noisy``: run (or reuse) every lr x seed x method of the noisy-reward
-task in verl's real trainer (``noisy_runs``), then write what every run finished in ``--out``
-shows (``noisy_analysis``) as results.json, plots and report.md (``noisy_report``)."""
+task in verl's real trainer (``noisy.runs``), then write what every run finished in ``--out``
+shows (``noisy.analysis``) as results.json, plots and report.md (``noisy.report``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The noisy task's reward function, the module verl loads by its path
 (``reward.custom_reward_function.path``; verl does not register such a module in
 ``sys.modules``, so it defines no dataclass): true quality plus reward-model noise drawn per
-sample (``noisy_task``)."""
+sample (``noisy.task``)."""
 
 from __future__ import annotations
 

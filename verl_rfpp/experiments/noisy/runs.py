@@ -1,4 +1,4 @@
-"""The noisy task's trainer runs: each method trained on the task (``noisy_task``) in verl's real
+"""The noisy task's trainer runs: each method trained on the task (``noisy.task``) in verl's real
 trainer, same prompts, seeds and samples per step; each run's metrics read back from its
 tensorboard event files, its estimator proven from its trace, cached in ``--out``."""
 
