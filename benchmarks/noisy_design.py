@@ -35,7 +35,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM
 
-from verl_rfpp.curves import noisy_task
+from verl_rfpp.experiments.noisy import task as noisy_task
 
 KL_COEF, WEIGHT_DECAY, GRAD_CLIP, EPSILON = 0.01, 0.01, 1.0, {"grpo": 1e-6, "verl": 1e-8}
 

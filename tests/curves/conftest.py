@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from verl_rfpp.curves import noisy_task
+from verl_rfpp.experiments.noisy import task as noisy_task
 
 
 @pytest.fixture(scope="session")

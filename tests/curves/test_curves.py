@@ -9,7 +9,7 @@ import json
 import pytest
 
 from verl_rfpp.cli import main as cli
-from verl_rfpp.curves import report, runs
+from verl_rfpp.experiments import report, runs
 
 
 def _record(method, seed, rewards, kl=0.01, adv_std=1.0, rfpp=True):

@@ -12,9 +12,13 @@ import pytest
 import torch
 
 from verl_rfpp.cli import main as cli
-from verl_rfpp.curves import noisy_analysis, noisy_report, noisy_reward, noisy_runs, noisy_task, stats
-from verl_rfpp.curves.noisy_analysis import CARRIES, CHANNEL_OF, CHANNELS, GRPO, OURS
-from verl_rfpp.curves.runs import METHODS
+from verl_rfpp.experiments import stats
+from verl_rfpp.experiments.noisy import analysis as noisy_analysis
+from verl_rfpp.experiments.noisy import report as noisy_report
+from verl_rfpp.experiments.noisy import reward as noisy_reward
+from verl_rfpp.experiments.noisy import runs as noisy_runs
+from verl_rfpp.experiments.noisy import task as noisy_task
+from verl_rfpp.experiments.runs import METHODS
 
 P = noisy_task.PREFIX
 
@@ -106,7 +110,7 @@ def test_reward_is_true_quality_plus_noise_drawn_per_session_whatever_the_order(
 def test_verl_loads_the_reward_function_by_the_path_the_runs_give_it(tmp_path):
     """verl executes the file at ``reward.custom_reward_function.path`` without registering it in
     ``sys.modules`` (so, for one, a dataclass there fails to build): the path ``overrides`` gives,
-    loaded as verl loads it, scores like ``noisy_reward.noisy_score``."""
+    loaded as verl loads it, scores like ``noisy.reward.noisy_score``."""
     from verl.utils.import_utils import load_extern_object
 
     from verl_rfpp.cpu.patches import SESSION_KEY
@@ -388,57 +392,6 @@ def test_the_command_line_names_one_command_per_seed_count():
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "curves" / "noisy"
 
 
-def _interval(d: dict) -> str:
-    """A paired difference's mean and 95% t-interval, as docs/bandit.md writes it: "-0.40 [-0.72, -0.08]"."""
-    if not d["t_95"]:
-        return f"{d['diff_mean']:+.2f} (no t-interval)"
-    return f"{d['diff_mean']:+.2f} [{d['t_95'][0]:+.2f}, {d['t_95'][1]:+.2f}]"
-
-
-def _bandit_paragraph(results: dict) -> str:
-    """docs/bandit.md's paragraph on the verl runs of one optimizer, from ``results`` (a results.json
-    of the separate design, AdamW's or SGD's): each word the rule's, each number read from it with its
-    95% t-interval. The paragraph is prose of docs/bandit.md, written from this and held to it here."""
-    lr = next(iter(results["verdicts"]))
-    v = results["verdicts"][lr]
-    part = results.get("noise_part", {}).get(lr)
-    optimizer = noisy_runs.optimizer_of(results["runs"][0])
-    report = noisy_report.output_name(results["settings"]["design"], "report.md", optimizer)
-    if optimizer == "adamw":
-        text = ("In verl's real trainer, with a small network and AdamW instead of a table and SGD "
-                f"([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds), the report's rule "
-                "gives: GRPO's flat advantages are full-size there too")
-    else:
-        text = (f"With {noisy_task.OPTIMIZER_LABEL[optimizer]}, the bandit's optimizer, on the same network "
-                f"([curves/noisy/{report}](curves/noisy/{report}), {len(v['seeds'])} paired seeds, one shared rate "
-                f"lr {float(lr):g} for both methods, chosen noise-free before any noisy run), the same rule gives: "
-                "GRPO's flat advantages are full-size")
-    text += f" (rms {v['flat_adv_rms']['ratio']:.2f}x the baseline's, by construction)"
-    if part:
-        head = part["answers"]
-        text += (f". The claim asks what the noise does, so the headline is the noise's part (GRPO minus the "
-                 "baseline with noise, minus the same without, seed by seed; mean and 95% t-interval): "
-                 f"**{part['plain']}**. The noise slowed GRPO's informative learning more than the baseline's: "
-                 f"{head['informative_reward_lower_for_grpo']} "
-                 f"({_interval(part['informative_true_reward']['noise_part'])}, primary sign-flip p "
-                 f"{part['primary']['informative_true_reward']:.3f}); the noise moved GRPO's "
-                 f"flat prompts further than the baseline's: {head['flat_moved_more']} "
-                 f"({_interval(part['flat_kl_from_start']['noise_part'])}, primary sign-flip p "
-                 f"{part['primary']['flat_kl_from_start']:.3f}). Without noise GRPO's informative true reward was "
-                 f"already {_interval(part['informative_true_reward']['noise_free'])} from the baseline's")
-    text += (f". With noise alone, GRPO minus the baseline: informative true reward "
-             f"{_interval(v['informative_true_reward'])} ({v['answers']['informative_reward_lower_for_grpo']}), "
-             f"flat KL from the start {_interval(v['flat_kl_from_start'])} ({v['answers']['flat_moved_more']}).")
-    cells = results.get("channels", {}).get(lr, {})
-    if all(key in cells for key in (GRPO, OURS)):
-        text += (" A probe in verl's driver says through which parameters the flat prompts moved (its rule: a "
-                 f"channel carries the movement when it alone keeps at least {CARRIES:.0%} of the flat KL in every "
-                 "seed): " + "; ".join(
-                     f"{CHANNEL_OF[name]}: {cells[GRPO][name]['carries']} for GRPO, {cells[OURS][name]['carries']} "
-                     "for the baseline" for name in CHANNELS) + ".")
-    return text + " That report compares the two claim by claim, matched progress at every level included."
-
-
 @pytest.mark.parametrize(("optimizer", "armed"), [(o, False) for o in sorted(noisy_task.OPTIMIZERS)] + [("sgd", True)])
 def test_the_committed_report_and_results_are_what_the_rule_says(spec, optimizer, armed):
     """Every word and number of the optimizer's report's generated part (report.md, sgd-report.md,
@@ -462,9 +415,8 @@ def test_the_committed_report_and_results_are_what_the_rule_says(spec, optimizer
     words = " ".join(text[len(generated):].split())
     for claim in noisy_analysis.CLAIMS:  # the hand-written notes repeat no verdict
         assert claim.text not in words
-    if not armed:
-        bandit = " ".join((COMMITTED.parents[1] / "bandit.md").read_text().split())
-        assert " ".join(_bandit_paragraph(saved).split()) in bandit
+    bandit = " ".join((COMMITTED.parents[1] / "bandit.md").read_text().split())
+    assert " ".join(noisy_report.bandit_paragraph(saved).split()) in bandit
 
 
 def test_the_hand_written_why_names_the_channel_the_rule_found():

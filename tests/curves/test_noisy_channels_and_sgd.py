@@ -1,5 +1,5 @@
 """``verl-rfpp curves --task noisy``: the channel probe (which parameters moved the flat prompts:
-the rollout server's ``counterfactual_probs``, ``noisy_task.channel_metrics``, the channel rule and
+the rollout server's ``counterfactual_probs``, ``noisy.task.channel_metrics``, the channel rule and
 its words in the report) and the SGD arm (``--optimizer sgd``: verl's config and optimizer, file
 and run names apart from AdamW's). The probe in verl's trainer: tests/e2e/test_curves_noisy_run.py."""
 
@@ -14,8 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_rfpp.curves import noisy, noisy_analysis, noisy_plan, noisy_report, noisy_runs, noisy_task
-from verl_rfpp.curves.runs import METHODS
+from verl_rfpp.experiments.noisy import analysis as noisy_analysis
+from verl_rfpp.experiments.noisy import command as noisy
+from verl_rfpp.experiments.noisy import plan as noisy_plan
+from verl_rfpp.experiments.noisy import report as noisy_report
+from verl_rfpp.experiments.noisy import runs as noisy_runs
+from verl_rfpp.experiments.noisy import task as noisy_task
+from verl_rfpp.experiments.runs import METHODS
 
 P = noisy_task.PREFIX
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "curves" / "noisy"
@@ -201,7 +206,7 @@ def test_a_design_without_a_chosen_sgd_rate_is_refused_without_lrs():
 
 
 def test_restored_runs_are_the_ones_a_command_reuses(tmp_path):
-    """``noisy_runs.restore``: a results.json's runs written where ``train_one`` reuses them (so it
+    """``noisy.runs.restore``: a results.json's runs written where ``train_one`` reuses them (so it
     trains nothing) and ``finished`` reads them; written once; another run in a run's place refused."""
     committed = json.loads((DOCS / "results.json").read_text())["runs"]
     chosen = [r for r in committed if r["seed"] == 0 and r["noise_std"] == 0.1]
@@ -291,7 +296,7 @@ def test_the_plan_runner_makes_nothing_the_record_holds(tmp_path):
 def test_an_arm_pairs_methods_run_at_different_rates(tmp_path, spec):
     """Runs marked with one ``arm`` (the own-rate SGD arm: GRPO and ours at their own rates) are
     summarized, paired and reported together, named ``own-rate``; unmarked runs keep their lr's
-    key; ``noisy_plan.write_own_rate_report`` refuses before every planned run exists."""
+    key; ``noisy.plan.write_own_rate_report`` refuses before every planned run exists."""
     arm = "0.02 (GRPO) / 0.01 (ours)"
 
     def marked(key, seed, flat_kl, noise, lr):

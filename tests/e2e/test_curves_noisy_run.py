@@ -10,7 +10,8 @@ import math
 import pytest
 
 from verl_rfpp.cli import main as cli
-from verl_rfpp.curves import noisy_task, report
+from verl_rfpp.experiments import report
+from verl_rfpp.experiments.noisy import task as noisy_task
 
 P = noisy_task.PREFIX
 

@@ -13,7 +13,7 @@ from support.users_cluster import users_cluster
 from verl_rfpp.cli import main as cli
 from verl_rfpp.cli import multinode
 from verl_rfpp.cpu import configuration, demo, launch, trace
-from verl_rfpp.curves import runs
+from verl_rfpp.experiments import runs
 
 pytestmark = pytest.mark.e2e
 

@@ -131,6 +131,23 @@ def test_a_cpu_runs_modules_import_down_their_order():
     assert {target for target, _ in IMPORTS["verl_rfpp.cpu.launch"]} >= set(order) - {"verl_rfpp.cpu.launch"}
 
 
+def test_the_experiments_shared_modules_import_nothing_of_the_noisy_study():
+    """Inside ``experiments`` (docs/layout.md, "The applications"), the modules both tasks share
+    (runs, series, stats, the demo task's report) import nothing of the ``noisy`` subpackage, and
+    the subpackage's ``__init__`` imports none of its modules: the study sits on the pipeline, not
+    in it."""
+    shared = sorted(m for m in MODULES if m.startswith("verl_rfpp.experiments")
+                    and not m.startswith("verl_rfpp.experiments.noisy"))
+    assert {"verl_rfpp.experiments.runs", "verl_rfpp.experiments.series", "verl_rfpp.experiments.stats",
+            "verl_rfpp.experiments.report"} <= set(shared)
+    wrong = sorted(f"{module}:{line} imports {target}" for module in shared for target, line in IMPORTS[module]
+                   if target.startswith("verl_rfpp.experiments.noisy"))
+    assert wrong == []
+    assert IMPORTS["verl_rfpp.experiments.noisy"] == set()
+    assert any(target == "verl_rfpp.experiments.noisy.analysis"  # the check sees the subpackage's imports
+               for target, _ in IMPORTS["verl_rfpp.experiments.noisy.sections"])
+
+
 def test_every_part_has_its_row_and_every_row_a_part():
     table = allowed()
     parts = {part(module) for module in MODULES}

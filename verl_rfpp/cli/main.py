@@ -304,7 +304,9 @@ def _curves(args: argparse.Namespace) -> int:
     # models are built, go to the log (--verbose: to the terminal); the runs reuse the builds
     with quiet.quiet("curves", verbose=args.verbose, stdout=True) as log:
         from verl_rfpp.cpu import assets
-        from verl_rfpp.curves import noisy, noisy_task, report, runs
+        from verl_rfpp.experiments import report, runs
+        from verl_rfpp.experiments.noisy import command as noisy
+        from verl_rfpp.experiments.noisy import task as noisy_task
 
         problem = noisy.noisy_problem(args) if args.task == "noisy" else runs.problem(args.methods)
         if problem is None and args.task == "noisy":
@@ -370,7 +372,7 @@ def _overview(parser: argparse.ArgumentParser) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from verl_rfpp.curves import noisy_task  # the task's designs (standard library only)
+    from verl_rfpp.experiments.noisy import task as noisy_task  # the task's designs (standard library only)
 
     parser = arguments.Parser(prog="verl-rfpp", description=__doc__.replace("``", ""),
                               usage="verl-rfpp [-h] [--version] COMMAND ...")

@@ -123,7 +123,7 @@ def _rows_in_prompt_order(original):
 
 ADV_STD_METRIC = "cpu/advantages_std"
 # ``module:function``; when set, the driver adds ``function(batch)``'s metrics to every step's data
-# metrics (a task's own measurements, e.g. verl_rfpp.curves.noisy_task.probe)
+# metrics (a task's own measurements, e.g. verl_rfpp.experiments.noisy.task.probe)
 PROBE_ENV = "VERL_RFPP_METRICS_PROBE"
 
 

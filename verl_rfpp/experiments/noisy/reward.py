@@ -1,14 +1,14 @@
 """The noisy task's reward function, the module verl loads by its path
 (``reward.custom_reward_function.path``; verl does not register such a module in
 ``sys.modules``, so it defines no dataclass): true quality plus reward-model noise drawn per
-sample (``noisy_task``)."""
+sample (``noisy.task``)."""
 
 from __future__ import annotations
 
 import json
 import random
 
-from verl_rfpp.curves.noisy_task import NoisyTaskError, answer_of
+from verl_rfpp.experiments.noisy.task import NoisyTaskError, answer_of
 
 _TRUTHS: dict[str, dict] = {}
 

@@ -1,15 +1,16 @@
 """``verl-rfpp curves --task noisy``: run (or reuse) every lr x seed x method of the noisy-reward
-task in verl's real trainer (``noisy_runs``), then write what every run finished in ``--out``
-shows (``noisy_analysis``) as results.json, plots and report.md (``noisy_report``)."""
+task in verl's real trainer (``noisy.runs``), then write what every run finished in ``--out``
+shows (``noisy.analysis``) as results.json, plots and report.md (``noisy.report``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable, Optional
 
-from verl_rfpp.curves import noisy_report, noisy_task
-from verl_rfpp.curves.noisy_runs import assets_dir, finished, methods_of, train_all
-from verl_rfpp.curves.runs import problem as method_problem
+from verl_rfpp.experiments.noisy import report as noisy_report
+from verl_rfpp.experiments.noisy import task as noisy_task
+from verl_rfpp.experiments.noisy.runs import assets_dir, finished, methods_of, train_all
+from verl_rfpp.experiments.runs import problem as method_problem
 
 __all__ = ["QUICK", "assets_dir", "noisy_command", "noisy_problem"]
 

@@ -6,7 +6,7 @@ Informative and flat prompts; the response is one token, the answer. Every answe
 prompt ``p`` has a true quality ``q_p(a)``: N(0, 1) draws (seeded, fixed for the task) on
 informative prompts, 0 for every answer on flat ones. The observed reward is
 ``q_p(a) + noise_std * noise(seed, session)``, fresh per sample, like a learned reward model's
-(``noisy_reward``).
+(``noisy.reward``).
 The model is a tiny random Qwen2 with a word-level vocabulary (every token is an answer; special
 tokens and the newline decode to the empty answer). Two ``Design`` records say how the model sees
 the prompts and how many prompts and samples a step trains on: ``SEPARATE`` (the default: each

@@ -1,6 +1,6 @@
 """The SGD arm at each method's own rate (issue 52): the criterion that sets GRPO's rate, the runs
 it plans, and the runner that makes them one at a time and records each finished run where
-``noisy_runs.restore`` continues from.
+``noisy.runs.restore`` continues from.
 
 The criterion, stated and committed before any run at the new rate: under SGD a step scales with
 lr x advantage, and the two methods' informative advantages differ in scale (the baseline divides
@@ -11,7 +11,7 @@ same seeds, deterministic); GRPO gets the rate that equalizes the informative ad
 a run's mean over steps of ``noisy/informative_adv_rms`` in the committed noise-free shared-rate
 runs (docs/curves/noisy/sgd-results.json, ``control_summary``). Nothing of a noisy run enters it.
 
-Run: ``python -m verl_rfpp.curves.noisy_plan --out DIR --record docs/curves/noisy/sgd-own-rate-runs.json``
+Run: ``python -m verl_rfpp.experiments.noisy.plan --out DIR --record docs/curves/noisy/sgd-own-rate-runs.json``
 (again after a stop: the runs in the record are restored into DIR and not run again)."""
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from verl_rfpp.curves import noisy_task
-from verl_rfpp.curves.noisy_analysis import GRPO, LEARNED, OURS, WINDOW, P
-from verl_rfpp.curves.noisy_runs import NOISE_STD, assets_dir, methods_of, restore, train_one
-from verl_rfpp.curves.series import mean, series
+from verl_rfpp.experiments.noisy import task as noisy_task
+from verl_rfpp.experiments.noisy.analysis import GRPO, LEARNED, OURS, WINDOW, P
+from verl_rfpp.experiments.noisy.runs import NOISE_STD, assets_dir, methods_of, restore, train_one
+from verl_rfpp.experiments.series import mean, series
 
 DESIGN = noisy_task.SEPARATE
 OPTIMIZER = "sgd"
 STEPS, SEEDS = 40, 8
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "curves" / "noisy"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "curves" / "noisy"
 SHARED_RESULTS = DOCS / "sgd-results.json"  # the shared-rate arm (kept as it is)
 RECORD = DOCS / "sgd-own-rate-runs.json"  # the own-rate runs finished so far
 OWN_RATES = {OURS: 0.15, GRPO: 0.23}  # own_rates(SHARED_RESULTS), fixed before any run at GRPO's rate
@@ -69,7 +69,7 @@ def reused(results: dict) -> list[dict]:
 
 
 def arm() -> str:
-    """The own-rate arm's key (``noisy_analysis.arm_of``): each method's rate, named."""
+    """The own-rate arm's key (``noisy.analysis.arm_of``): each method's rate, named."""
     return f"{OWN_RATES[GRPO]:g} (GRPO) / {OWN_RATES[OURS]:g} (ours)"
 
 
@@ -81,9 +81,9 @@ def arm_records(record: dict, shared: dict) -> tuple[list[dict], list[dict]]:
 
 
 def write_own_rate_report(out: Path, record: dict, shared: dict, spec: dict) -> None:
-    """The own-rate arm's report, results and plots in ``out`` (``noisy_report.write_noisy_report``,
+    """The own-rate arm's report, results and plots in ``out`` (``noisy.report.write_noisy_report``,
     named ``sgd-own-rate-*``); refused until every planned run is in the record."""
-    from verl_rfpp.curves.noisy_report import write_noisy_report
+    from verl_rfpp.experiments.noisy.report import write_noisy_report
 
     missing = sorted(set(plan()) - {_cell(r) for r in record["runs"]})
     if missing:
@@ -117,9 +117,9 @@ def _write(path: Path, record: dict) -> None:
 def run_plan(out: Path, record_path: Path, echo: Callable[[str], None],
              timeout: float = TIMEOUT, limit: Optional[int] = None) -> dict:
     """Make the planned runs not yet in the record, one at a time, each appended to the record as
-    soon as it finishes (``noisy_report.kept``). A noise-free run's line says whether it reached the
+    soon as it finishes (``noisy.report.kept``). A noise-free run's line says whether it reached the
     SGD learned level; a noisy run's line says no metric of it (none is read before all exist)."""
-    from verl_rfpp.curves.noisy_report import kept
+    from verl_rfpp.experiments.noisy.report import kept
 
     record = load_record(record_path)
     restore(out, record["runs"])
@@ -142,7 +142,8 @@ def run_plan(out: Path, record_path: Path, echo: Callable[[str], None],
 
 
 def plan_command_line(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verl_rfpp.curves.noisy_plan", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m verl_rfpp.experiments.noisy.plan",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="where the runs are made (outside the repository)")
     parser.add_argument("--record", type=Path, default=RECORD, help=f"the record of finished runs (default {RECORD})")
     parser.add_argument("--limit", type=int, help="make at most this many runs")

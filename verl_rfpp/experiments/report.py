@@ -8,7 +8,7 @@ from pathlib import Path
 from verl_rfpp import catalog
 from verl_rfpp.cpu import patches
 from verl_rfpp.cpu.demo import KL_LOSS, KL_REWARD, REWARD, RFPP_METRICS  # KL_LOSS: k2 in the loss; KL_REWARD: k1
-from verl_rfpp.curves.series import band, mean, series, std
+from verl_rfpp.experiments.series import band, mean, series, std
 
 ADV_STD = patches.ADV_STD_METRIC
 WINDOW = 5  # steps averaged at the start and at the end

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-from verl_rfpp.curves import noisy_task
-from verl_rfpp.curves.series import mean, series, std
-from verl_rfpp.curves.stats import paired
+from verl_rfpp.experiments.noisy import task as noisy_task
+from verl_rfpp.experiments.series import mean, series, std
+from verl_rfpp.experiments.stats import paired
 
 WINDOW = 5  # steps averaged at the end of a run
 P = noisy_task.PREFIX
@@ -87,7 +87,7 @@ def prompt_blind_quality(spec: dict) -> float:
 
 def arm_of(record: dict) -> str:
     """The key a run is grouped and paired under: ``str(lr)``, or its ``arm`` where the methods
-    compared ran at different rates (the own-rate SGD arm, ``noisy_plan.arm``)."""
+    compared ran at different rates (the own-rate SGD arm, ``noisy.plan.arm``)."""
     return record.get("arm") or str(record["lr"])
 
 

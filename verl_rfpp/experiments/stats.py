@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from verl_rfpp.curves.series import mean, std
+from verl_rfpp.experiments.series import mean, std
 
 LEVEL = 0.95
 

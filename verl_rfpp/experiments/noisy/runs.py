@@ -1,4 +1,4 @@
-"""The noisy task's trainer runs: each method trained on the task (``noisy_task``) in verl's real
+"""The noisy task's trainer runs: each method trained on the task (``noisy.task``) in verl's real
 trainer, same prompts, seeds and samples per step; each run's metrics read back from its
 tensorboard event files, its estimator proven from its trace, cached in ``--out``."""
 
@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from verl_rfpp.cpu import launch, patches
-from verl_rfpp.curves import noisy_reward, noisy_task
-from verl_rfpp.curves.runs import METHODS, CurvesError, Method, proof, read_events
+from verl_rfpp.experiments.noisy import reward as noisy_reward
+from verl_rfpp.experiments.noisy import task as noisy_task
+from verl_rfpp.experiments.runs import METHODS, CurvesError, Method, proof, read_events
 
 NOISE_STD = 0.1
 
