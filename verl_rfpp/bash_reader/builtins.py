@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from verl_rfpp.tools.reader import arithmetic, parse, words
-from verl_rfpp.tools.reader.state import (
+from verl_rfpp.bash_reader import arithmetic, parse, words
+from verl_rfpp.bash_reader.state import (
     SET_FLAGS,
     SET_OPTIONS,
     SHOPT_HARMLESS,
@@ -28,7 +28,7 @@ from verl_rfpp.tools.reader.state import (
 )
 
 if TYPE_CHECKING:
-    from verl_rfpp.tools.reader.shell import Shell
+    from verl_rfpp.bash_reader.shell import Shell
 
 MAX_SOURCE_DEPTH = 20
 # The comparisons of test and [[ ]] on integers, and the file tests (read on this machine).

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from verl_rfpp.tools.reader import arithmetic, builtins, parse, words
-from verl_rfpp.tools.reader.parse import ReadError, construct, line, text
-from verl_rfpp.tools.reader.state import Answer, Command, Exit, LoopControl, Return, State, Status, scalar
-from verl_rfpp.tools.reader.words import BREAK, Piece, Unsupported
+from verl_rfpp.bash_reader import arithmetic, builtins, parse, words
+from verl_rfpp.bash_reader.parse import ReadError, construct, line, text
+from verl_rfpp.bash_reader.state import Answer, Command, Exit, LoopControl, Return, State, Status, scalar
+from verl_rfpp.bash_reader.words import BREAK, Piece, Unsupported
 
 _FIRST_MARKER = 0xF0000  # Unicode's private-use plane 15: never in a script's own text
 LOOP_LIMIT = 5000

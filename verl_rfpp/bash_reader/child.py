@@ -18,10 +18,10 @@ import os
 import re
 from typing import Optional, Sequence
 
-from verl_rfpp.tools.reader import parse
-from verl_rfpp.tools.reader.parse import ReadError
-from verl_rfpp.tools.reader.shell import STARTUP_VARIABLES, Shell
-from verl_rfpp.tools.reader.state import SET_FLAGS, SET_OPTIONS, Answer, Command
+from verl_rfpp.bash_reader import parse
+from verl_rfpp.bash_reader.parse import ReadError
+from verl_rfpp.bash_reader.shell import STARTUP_VARIABLES, Shell
+from verl_rfpp.bash_reader.state import SET_FLAGS, SET_OPTIONS, Answer, Command
 
 MAX_CHILD_DEPTH = 10
 SHELLS = frozenset({"bash", "sh", "dash"})
