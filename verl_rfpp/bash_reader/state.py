@@ -81,3 +81,11 @@ class State:
 def scalar(value) -> str:
     """A variable's value as a word (an array's first element, as ``$a`` gives it)."""
     return (value[0] if value else "") if isinstance(value, list) else value
+
+
+@dataclass
+class Several:
+    """``$@``, ``$*``, ``${a[@]}``: several words; ``joined``: ``$*``/``[*]`` (one word when quoted)."""
+
+    items: list
+    joined: bool = False
