@@ -47,8 +47,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from support import standins  # noqa: E402
-from verl_rfpp.tools import scripts as launch_grammar  # noqa: E402
 from verl_rfpp.bash_reader import parse, shell, words  # noqa: E402
+from verl_rfpp.tools import scripts as launch_grammar  # noqa: E402
 
 MAIN_PPO = "python3 -m verl.trainer.main_ppo"
 BATCH = 50  # scripts per bash driver process

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from verl_rfpp.tools import scripts
 from verl_rfpp.bash_reader import arithmetic
 from verl_rfpp.bash_reader.words import Unsupported, printf
+from verl_rfpp.tools import scripts
 
 BASH = "/bin/bash"
 LAUNCH = "python3 -m verl.trainer.main_ppo"

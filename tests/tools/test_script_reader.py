@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from verl_rfpp.tools import scripts
 from verl_rfpp.bash_reader import shell
+from verl_rfpp.tools import scripts
 
 LAUNCH = "python3 -m verl.trainer.main_ppo"
 

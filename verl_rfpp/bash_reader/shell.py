@@ -38,7 +38,12 @@ _FIRST_MARKER = 0xF0000  # Unicode's private-use plane 15: never in a script's o
 
 class Shell(Statements, Commands, Expansion, Parameters, Conditions, Variables):
     """The reading of one script: ``read()`` evaluates it, calling ``on_command`` for every command
-    it does not evaluate itself; ``unknowns`` maps each marker to (line, construct)."""
+    it does not evaluate itself; ``unknowns`` maps each marker to (line, construct).
+
+    Its parts (the base classes), ``builtins`` and ``child`` use only public names: the records
+    and markers below, the ``State``, and the counters bash's rules read (``loop_depth`` for
+    ``break``, ``source_depth`` for ``return``, ``negations`` for ``set -e``, ``captured`` for a
+    ``$( )``'s output, ``stdin_fed`` for a here-document); each part's docstring names its own."""
 
     def __init__(self, script: Path, arguments: Sequence[str], environ: Mapping[str, str],
                  on_command: Callable[[Shell, Command], Answer], cwd: str = "", invoked_as: str = ""):

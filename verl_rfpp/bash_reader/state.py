@@ -1,7 +1,7 @@
 """The reader's state and records (docs/contract.md section 6.5): ``State``, what a subshell
 copies; ``Command`` and ``Answer``, a command handed to ``on_command`` and its answer; the
 exceptions that carry ``exit``, ``return``, ``break`` and ``continue``; the options ``set`` and
-``shopt`` may change."""
+``shopt`` may change; ``Several``, the words of ``$@``, ``$*`` and ``${a[@]}``."""
 
 from __future__ import annotations
 
