@@ -1,7 +1,8 @@
 """The bash reader's modules meet only at public names (docs/layout.md, "verl_rfpp/bash_reader/"):
 no file of ``verl_rfpp/bash_reader/`` reads a private name (``_x``, not a dunder) that another file
 of the package defines, neither as an attribute (``shell._block``, ``self._set`` of a method
-another module's mixin defines, ``words._SPECIAL``) nor by import (``from .words import _x``).
+another module's mixin defines, ``words._SPECIAL``) nor by import (``from .words import _x``);
+nor does its users' code outside the package (``check SCRIPT``'s module, the benchmarks, tests/support/).
 Static (``ast``): a file's own private names are its business. The check itself is tried on a
 two-file package written in memory, once with the crossing and once without, so it can fail."""
 
@@ -98,3 +99,19 @@ def test_no_module_of_the_reader_uses_another_ones_private_names():
     sources = {path.name: path.read_text() for path in sorted(PACKAGE.glob("*.py"))}
     assert len(sources) > 5
     assert crossings(sources) == []
+
+
+def test_its_users_outside_the_package_use_only_its_public_names():
+    """``check SCRIPT`` (the CLI's scripts module), the benchmarks and the tests' helpers read the
+    package from outside: none of them uses a private name one of its files defines."""
+    inside = {f"verl_rfpp/bash_reader/{path.name}": path.read_text() for path in sorted(PACKAGE.glob("*.py"))}
+    outside = {}
+    for folder in ("verl_rfpp", "benchmarks", "tests/support"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name not in inside and "__pycache__" not in path.parts and "bash_reader" in path.read_text():
+                outside[name] = path.read_text()
+    assert any(name.endswith("scripts.py") for name in outside)
+    wrong = [found for found in crossings({**inside, **outside}) if found.split(":")[0] in outside
+             and "verl_rfpp/bash_reader/" in found.split(" (defined in ")[1]]
+    assert wrong == []

@@ -21,7 +21,7 @@ _WORDS = {"word", "string", "raw_string", "ansi_c_string", "simple_expansion", "
 
 
 class Conditions:
-    """``[[ ]]`` and arithmetic: ``conditional``, ``unary``, ``arithmetic``."""
+    """``[[ ]]`` and arithmetic: ``conditional``, ``unary``, ``test_words``, ``arithmetic_value``."""
 
     def arithmetic_text(self, node) -> str:
         value = self.arithmetic_value(node, *self.inside(node))

@@ -17,7 +17,7 @@ MAX_FIELDS = 10000  # fields of one command or list
 
 
 class Expansion:
-    """Words to fields: ``fields`` (a command's words), ``one`` (one word), ``pieces`` (quoted pieces)."""
+    """Words to fields: ``fields`` (a command's words), ``one_word`` (one word), ``pieces`` (quoted pieces)."""
 
     def fields(self, nodes, arguments: bool = False) -> list:
         """The fields of several words, as bash splits them (markers for unknown parts).

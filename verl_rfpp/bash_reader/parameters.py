@@ -23,7 +23,7 @@ _OPERAND_UNMARK = {mark: character for character, mark in _OPERAND_MARKS.items()
 
 
 class Parameters:
-    """``${...}``: ``expansion`` reads one parameter expansion node."""
+    """``${...}``: ``parameter_expansion`` reads one parameter expansion node; ``subscript`` an array's."""
 
     def subscript(self, node, strict: bool = False):
         name = text(node.child_by_field_name("name"))
