@@ -2,7 +2,7 @@
 
 The cases of oils' ``spec/*.test.sh`` (https://github.com/oils-for-unix/oils) were written by people
 who never saw this reader; each is run under real ``/bin/bash`` and read by
-``verl_rfpp.tools.reader.shell.Shell`` in this process, and the two are compared word for word. oils
+``verl_rfpp.bash_reader.shell.Shell`` in this process, and the two are compared word for word. oils
 is another project's code: it is not committed here, this script reads it from an oils checkout or
 bare git directory given on the command line, and writes each case only into a temporary directory
 it removes. It starts processes and needs oils, so no test runs it; it is a tool for a person.
@@ -180,7 +180,7 @@ class Judge:
     """The sandbox: ``with Judge() as judge: judge.run(case)``."""
 
     def __enter__(self) -> Judge:
-        from verl_rfpp.tools.reader import builtins, parse, shell  # the worktree's reader (PYTHONPATH)
+        from verl_rfpp.bash_reader import builtins, parse, shell  # the worktree's reader (PYTHONPATH)
 
         self._modules = builtins, parse, shell
         self._directory = tempfile.TemporaryDirectory(prefix="verl-rfpp-oils-")

@@ -113,7 +113,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_every_kind_of_import():
     assert any(target == "verl_rfpp.cli.scripts" for target, _ in IMPORTS["verl_rfpp.cli.multinode"])
     assert any(target == "verl_rfpp.cpu.launch" for target, _ in IMPORTS["verl_rfpp.cli.main"])  # inside a function
-    assert "verl_rfpp.tools.reader.shell" not in {target for target, _ in IMPORTS["verl_rfpp.tools.reader.builtins"]}
+    assert "verl_rfpp.bash_reader.shell" not in {target for target, _ in IMPORTS["verl_rfpp.bash_reader.builtins"]}
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 

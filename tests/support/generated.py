@@ -10,7 +10,7 @@ and prints nothing) or ``python3 -m verl.trainer.main_ppo`` with the words under
 Each script runs under real ``/bin/bash`` (``env -i``; ``PATH`` holds only the recording stand-ins
 of ``tests/support/standins.py`` and ``rec``), many scripts in one driver bash process (the records
 of each script are told apart by the time it started). The same script is read in this process by
-check's reader (``verl_rfpp.tools.reader.shell.Shell``) whose ``on_command`` records each command's
+check's reader (``verl_rfpp.bash_reader.shell.Shell``) whose ``on_command`` records each command's
 words and answers ``rec`` and main_ppo as the stand-ins do (status 0, no output). bash's calls
 (``rec``'s argv, main_ppo's argv, any other stand-in's) must equal the reader's, in order, word for
 word; or the reader refuses (``ReadError``: check's exit 2) or leaves a word unknown. Anything else
@@ -51,8 +51,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from support import standins  # noqa: E402
+from verl_rfpp.bash_reader import parse, shell, words  # noqa: E402
 from verl_rfpp.cli import scripts as launch_grammar  # noqa: E402
-from verl_rfpp.tools.reader import parse, shell, words  # noqa: E402
 
 MAIN_PPO = "python3 -m verl.trainer.main_ppo"
 BATCH = 50  # scripts per bash driver process

@@ -12,7 +12,7 @@ import re
 import pytest
 from support import generated
 
-from verl_rfpp.tools.reader import words
+from verl_rfpp.bash_reader import words
 
 pytestmark = pytest.mark.slow  # bash runs every script (one driver process for 50)
 

@@ -1,4 +1,4 @@
-"""bash's arithmetic in check's reader (verl_rfpp/tools/reader/arithmetic.py; docs/contract.md section
+"""bash's arithmetic in check's reader (verl_rfpp/bash_reader/arithmetic.py; docs/contract.md section
 6.5; issue 49, item 2), judged by real bash: generated expressions over every operator, precedence
 level, parenthesis, unary operator and number form bash reads, with names holding numbers or
 expressions of their own, run by ``/bin/bash`` (many in one process) and by our evaluator, which must
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from verl_rfpp.bash_reader import arithmetic
+from verl_rfpp.bash_reader.words import Unsupported, printf
 from verl_rfpp.cli import scripts
-from verl_rfpp.tools.reader import arithmetic
-from verl_rfpp.tools.reader.words import Unsupported, printf
 
 BASH = "/bin/bash"
 LAUNCH = "python3 -m verl.trainer.main_ppo"

@@ -1,4 +1,4 @@
-"""The static reader of launch scripts (verl_rfpp/tools/reader/, verl_rfpp/cli/scripts.py; docs/contract.md
+"""The static reader of launch scripts (verl_rfpp/bash_reader/, verl_rfpp/cli/scripts.py; docs/contract.md
 section 6.5): what bash would pass to main_ppo, found without running anything. Each expected
 value is written here from bash's documented behaviour (quoting, splitting, expansions, control
 flow), never from the reader's own output. No process is started (the two-minute tier's guard)."""
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from verl_rfpp.bash_reader import shell
 from verl_rfpp.cli import scripts
-from verl_rfpp.tools.reader import shell
 
 LAUNCH = "python3 -m verl.trainer.main_ppo"
 

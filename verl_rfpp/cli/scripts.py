@@ -1,5 +1,5 @@
 """What a launch script passes to ``verl.trainer.main_ppo``, read without running anything
-(docs/contract.md section 6.5): the script is evaluated by ``verl_rfpp.tools.reader``; every command it
+(docs/contract.md section 6.5): the script is evaluated by ``verl_rfpp.bash_reader``; every command it
 would start is answered here, as on a Linux machine with NVIDIA GPUs, and never run. A command
 whose words start main_ppo (``-m verl.trainer.main_ppo``, ``-mverl.trainer.main_ppo`` or a path
 ending in ``verl/trainer/main_ppo.py``, behind any interpreter or launcher: ``uv run``,
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from verl_rfpp.tools.reader import child, parse, shell
+from verl_rfpp.bash_reader import child, parse, shell
 
 MAIN_PPO = "verl.trainer.main_ppo"
 MAIN_PPO_FILE = "verl/trainer/main_ppo.py"
@@ -235,7 +235,7 @@ _SCRIPT_SUFFIXES = (".sh", ".bash")
 def _started_script(reader: shell.Shell, command: shell.Command) -> Optional[shell.Answer]:
     """A command that starts a bash script (``bash FILE ARGS``, ``/bin/bash -e FILE``, ``env bash
     FILE``, ``./FILE`` with a bash ``#!`` line or none) read as a child shell
-    (``verl_rfpp.tools.reader.child``); ``None`` for any other command. ``ReadError`` where it
+    (``verl_rfpp.bash_reader.child``); ``None`` for any other command. ``ReadError`` where it
     starts a script check cannot follow (``sh``, a missing file, an option check does not model)."""
     words = command.words
     index, assigned = _launched(words)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional
 
-from verl_rfpp.tools.reader.parse import Unsupported
+from verl_rfpp.bash_reader.parse import Unsupported
 
 _MOD = 1 << 64
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ@_"

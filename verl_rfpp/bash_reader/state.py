@@ -1,7 +1,7 @@
 """The reader's state and records (docs/contract.md section 6.5): ``State``, what a subshell
 copies; ``Command`` and ``Answer``, a command handed to ``on_command`` and its answer; the
 exceptions that carry ``exit``, ``return``, ``break`` and ``continue``; the options ``set`` and
-``shopt`` may change."""
+``shopt`` may change; ``Several``, the words of ``$@``, ``$*`` and ``${a[@]}``."""
 
 from __future__ import annotations
 
@@ -81,3 +81,11 @@ class State:
 def scalar(value) -> str:
     """A variable's value as a word (an array's first element, as ``$a`` gives it)."""
     return (value[0] if value else "") if isinstance(value, list) else value
+
+
+@dataclass
+class Several:
+    """``$@``, ``$*``, ``${a[@]}``: several words; ``joined``: ``$*``/``[*]`` (one word when quoted)."""
+
+    items: list
+    joined: bool = False

@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from verl_rfpp.tools.reader import arithmetic, parse, words
-from verl_rfpp.tools.reader.state import (
+from verl_rfpp.bash_reader import arithmetic, parse, words
+from verl_rfpp.bash_reader.state import (
     SET_FLAGS,
     SET_OPTIONS,
     SHOPT_HARMLESS,
@@ -28,7 +28,7 @@ from verl_rfpp.tools.reader.state import (
 )
 
 if TYPE_CHECKING:
-    from verl_rfpp.tools.reader.shell import Shell
+    from verl_rfpp.bash_reader.shell import Shell
 
 MAX_SOURCE_DEPTH = 20
 # The comparisons of test and [[ ]] on integers, and the file tests (read on this machine).
@@ -85,8 +85,8 @@ def _printf(shell: Shell, fields: list, node) -> Status:
     if target is None:
         shell.emit(output)
         return status
-    shell._check_assignable(target, node)
-    shell._set(target, shell.unknown(node) if output is None else output, node)
+    shell.check_assignable(target, node)
+    shell.set_variable(target, shell.unknown(node) if output is None else output, node)
     return status
 
 
@@ -215,7 +215,7 @@ def _set(shell: Shell, fields: list, node) -> Status:
 
 
 def _option(shell: Shell, name: str, on: bool) -> None:
-    if name == "errexit" and on and "errexit" not in shell.state.options and shell._negations:
+    if name == "errexit" and on and "errexit" not in shell.state.options and shell.negations:
         raise shell.refuse(None, "set -e under ! (bash 5.2 then ends the shell at a later failure there)")
     if on:
         shell.state.options.add(name)
@@ -226,7 +226,7 @@ def _option(shell: Shell, name: str, on: bool) -> None:
 def _exit(shell: Shell, fields: list, node) -> Status:
     if len(fields) > 2:
         raise shell.refuse(node, f"{fields[0]} with several arguments (bash's error)")
-    if fields[0] == "return" and not shell.state.locals and not shell._sources:
+    if fields[0] == "return" and not shell.state.locals and not shell.source_depth:
         raise shell.refuse(node, "return outside a function or sourced file (bash's error)")
     status: Status = shell.status
     if len(fields) == 2:
@@ -247,8 +247,8 @@ def _loop(shell: Shell, fields: list, node) -> Status:
         if value is None or value < 1 or len(fields) > 2:
             raise shell.refuse(node, f"{fields[0]} with this argument")
         levels = value
-    if shell._loops:
-        raise LoopControl(fields[0], min(levels, shell._loops))
+    if shell.loop_depth:
+        raise LoopControl(fields[0], min(levels, shell.loop_depth))
     return 0  # bash: "only meaningful in a loop", and it goes on
 
 
@@ -276,7 +276,7 @@ def _source(shell: Shell, fields: list, node) -> Status:
         raise shell.refuse(node, "a source of a name without a / (bash searches PATH for it)")
     if str(Path(os.path.normpath(path))) in shell.written or "" in shell.written:
         raise shell.refuse(node, "a source of a file the script may have written")
-    if shell._sources >= MAX_SOURCE_DEPTH:
+    if shell.source_depth >= MAX_SOURCE_DEPTH:
         raise shell.refuse(node, f"sources nest deeper than {MAX_SOURCE_DEPTH}")
     try:
         data = parse.read_bytes(str(path))
@@ -286,16 +286,16 @@ def _source(shell: Shell, fields: list, node) -> Status:
     saved = shell.state.positional
     if len(fields) > 2:
         shell.state.positional = fields[2:]
-    shell._sources += 1
+    shell.source_depth += 1
     shell.files.append(fields[1])  # BASH_SOURCE[0]: the name as source was given it
     try:
-        shell._block(parse.parse_script(data, str(path)).children)
+        shell.block(parse.parse_script(data, str(path)).children)
         return shell.status
     except Return as stop:
         return stop.status
     finally:
         shell.files.pop()
-        shell._sources -= 1
+        shell.source_depth -= 1
         if len(fields) > 2:
             shell.state.positional = saved
 
@@ -315,7 +315,7 @@ def _exec(shell: Shell, fields: list, node) -> Status:
         return 0
     if fields[1].startswith("-") or fields[1] in shell.state.functions:
         raise shell.refuse(node, "check does not model exec with options or of a function's name")
-    status = shell._external(fields[1:], node)
+    status = shell.external(fields[1:], node)
     raise Exit(status)
 
 
@@ -346,7 +346,7 @@ def _env(shell: Shell, fields: list, node) -> Status:
     if not arguments:
         shell.emit(None)
         return 0
-    answer = shell.on_command(shell, Command(tuple(arguments), parse.line(node), environment, shell._stdin_fed))
+    answer = shell.on_command(shell, Command(tuple(arguments), parse.line(node), environment, shell.stdin_fed))
     shell.emit(answer.output)
     return answer.status
 
@@ -451,7 +451,7 @@ def _trap(shell: Shell, fields: list, node) -> Status:
         else:
             shell.state.traps[signal.upper()] = (parse.line(node), action)
     if "main_ppo" in action:
-        shell._check_traps()
+        shell.check_traps()
     return 0
 
 

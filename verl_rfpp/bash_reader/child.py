@@ -18,10 +18,10 @@ import os
 import re
 from typing import Optional, Sequence
 
-from verl_rfpp.tools.reader import parse
-from verl_rfpp.tools.reader.parse import ReadError
-from verl_rfpp.tools.reader.shell import STARTUP_VARIABLES, Shell
-from verl_rfpp.tools.reader.state import SET_FLAGS, SET_OPTIONS, Answer, Command
+from verl_rfpp.bash_reader import parse
+from verl_rfpp.bash_reader.parse import ReadError
+from verl_rfpp.bash_reader.shell import STARTUP_VARIABLES, Shell
+from verl_rfpp.bash_reader.state import SET_FLAGS, SET_OPTIONS, Answer, Command
 
 MAX_CHILD_DEPTH = 10
 SHELLS = frozenset({"bash", "sh", "dash"})
@@ -51,7 +51,7 @@ class Child(Shell):
         return marker
 
     def note(self, node, what: str) -> None:
-        line = parse.line(node) if node is not None else self._node_line
+        line = parse.line(node) if node is not None else self.node_line
         written = parse.construct(node) if node is not None else ""
         self.assumptions.append(f"{self.place}:{line}: `{written}` {what}")
 
@@ -131,9 +131,9 @@ def read_child(parent: Shell, command: Command, shell: str, file: str, arguments
     shown_path = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
     child = Child(parent, path, shown_path, file, list(arguments), environment)
     child.state.options.update(flags)
-    child._stdin_fed = command.stdin_fed
-    if parent._output is not None:
-        child._output = []
+    child.stdin_fed = command.stdin_fed
+    if parent.captured is not None:
+        child.captured = []
     try:
         status = child.read()
     except ReadError as error:
@@ -142,8 +142,8 @@ def read_child(parent: Shell, command: Command, shell: str, file: str, arguments
     finally:
         parent.steps = child.steps
     output = None
-    if child._output is not None:
-        output = None if any(piece is None for piece in child._output) else "".join(child._output)
+    if child.captured is not None:
+        output = None if any(piece is None for piece in child.captured) else "".join(child.captured)
     return Answer(status, output)
 
 

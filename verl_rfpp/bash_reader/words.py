@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, Optional, Sequence
 
-from verl_rfpp.tools.reader.arithmetic import printf_integer
-from verl_rfpp.tools.reader.parse import Unsupported  # noqa: F401  (words.Unsupported: the reader's modules raise it)
+from verl_rfpp.bash_reader.arithmetic import printf_integer
+from verl_rfpp.bash_reader.parse import Unsupported  # noqa: F401  (words.Unsupported: the reader's modules raise it)
 
 DEFAULT_IFS = " \t\n"
 MAX_PATTERN_SUBJECT = 4096  # characters a pattern or regex is matched against (bounds the time)
@@ -397,8 +397,6 @@ def replace(value: str, pattern: Pattern, replacement, operator: str) -> str:
 
 
 # --- [[ =~ ]] ------------------------------------------------------------------------------------
-
-_ERE_SPECIAL = set(".[]()*+?{}|^$\\")
 
 
 def regex(pieces: Sequence[Piece]):
