@@ -215,9 +215,11 @@ class Runner:
             print("".join(log.read_text().splitlines(keepends=True)[-15:]), end="", flush=True)
         return wall, cpu, status, log.read_text()
 
-    def row(self, command: str, wall: float, cpu: float, exits: str, how: str, loads: tuple[float, float]) -> Row:
+    def row(self, command: str, wall: float, cpu: float, exits: str, how: str, loads: tuple[float, float],
+            at: int | None = None) -> Row:
         made = Row(command, wall, cpu, exits, how, cores(), loads, utc_now(), self.commit, self.where)
-        self.run_record.rows.append(made)
+        rows = self.run_record.rows
+        rows.insert(len(rows) if at is None else at, made)
         return made
 
     def single(self, command: str, report: bool = False) -> Row:
@@ -236,9 +238,9 @@ class Runner:
         return self.row(command, wall, cpu, str(status), how, (before, load()))
 
     def chain(self, command: str, done: set[str], report: bool = False) -> bool:
-        """Each ``&&`` part in turn (until one fails; a part ``done`` already skipped), then the
-        whole line's row: the sum of its parts. True when every part exited 0."""
-        rows, skipped, before = [], [], load()
+        """Each ``&&`` part in turn (until one fails; a part ``done`` already skipped), and the whole
+        line's row before theirs: the sum of its parts. True when every part exited 0."""
+        rows, skipped, before, at = [], [], load(), len(self.run_record.rows)
         for part in parts(command):
             if part in done:
                 skipped.append(part)
@@ -249,9 +251,9 @@ class Runner:
             done.add(part)
         ok = all(row.exits == "0" for row in rows) and len(rows) + len(skipped) == len(parts(command))
         if len(parts(command)) > 1:
-            how = "the sum of its parts' rows" + "".join(f"; `{part}` ran above" for part in skipped)
+            how = "the sum of the rows of its parts, below" + "".join(f"; `{part}` ran above" for part in skipped)
             self.row(command, sum(r.wall for r in rows), sum(r.cpu for r in rows),
-                     "0" if ok else rows[-1].exits, how, (before, load()))
+                     "0" if ok else rows[-1].exits, how, (before, load()), at)
         return ok
 
     def medians(self, commands: list[str]) -> None:
@@ -370,7 +372,8 @@ def fresh(folder: Path, suite: bool, run: Run) -> list[str]:
     subprocess.run(["git", "-c", "advice.detachedHead=false", "checkout", "--quiet", git("rev-parse", "HEAD")],
                    cwd=clone, check=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED and not key.startswith("XDG_")}
+    env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED
+           and not re.fullmatch(r"XDG_\w+_HOME", key)}  # the user's caches and configuration; /etc's stay
     env.update(HOME=str(home), TMPDIR=str(tmp), PIP_NO_CACHE_DIR="1", VIRTUAL_ENV=str(venv),
                PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
     watched = {"HOME": home, "TMPDIR": tmp}

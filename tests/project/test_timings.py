@@ -65,7 +65,7 @@ def row(command: str, wall: float, how: str = "once", exits: str = "0") -> objec
 def sample_run() -> object:
     run = timings.Run(conditions="Measured by the sample.")
     run.rows = [row("pip install torch==9", 176.04), row('pip install -e ".[cpu]"', 272.4),
-                row(FIRST, 448.44, "the sum of its parts' rows"),
+                row(FIRST, 448.44, "the sum of the rows of its parts, below"),
                 row("verl-rfpp recipe x", 0.5249, "median of 3 fresh processes (0.52, 0.50, 0.61 s)"),
                 row("verl-rfpp check a|b", 12.25, "once; pytest: 1 failed | 2 passed in 9.1s", exits="1")]
     run.slowest = {"python -m pytest -q tests --durations=15": ["0.02s call     test_s.py::test_a"]}
@@ -158,3 +158,61 @@ def test_the_readme_and_docs_timings_name_the_command() -> None:
     assert "python benchmarks/timings.py --fresh DIR --suite" in DOC
     assert DOC.count(timings.BEGIN) == 1 and DOC.count(timings.END) == 1
     assert DOC.index(timings.BEGIN) < DOC.index(timings.END)
+
+
+TOY_FIRST = ("""printf '#!/bin/sh\\necho "$HOME $*"\\n' > "$VIRTUAL_ENV/bin/verl-rfpp" && """
+             """chmod +x "$VIRTUAL_ENV/bin/verl-rfpp" && touch "$HOME/marker" "$TMPDIR/left" && verl-rfpp demo""")
+TOY_README = f"""# toy
+
+```bash
+{TOY_FIRST}
+```
+
+<!-- test-command -->
+```bash
+true && echo "1 failed, 1 passed in 0.01s" # pytest
+```
+
+| tier | command | what |
+| --- | --- | --- |
+| fast | `true`, then `echo "3 passed in 0.01s" # pytest` | x |
+"""
+
+
+@pytest.mark.slow  # git, a venv and bash: processes
+def test_a_fresh_run_of_a_toy_checkout_measures_its_readmes_commands_with_a_fresh_home(tmp_path: Path) -> None:
+    """--fresh on a checkout whose README's commands are cheap stand-ins: every command runs in the
+    clone with the fresh venv, HOME and TMPDIR; what each step left is listed; the document is written."""
+    import subprocess
+
+    toy = tmp_path / "toy"
+    (toy / "benchmarks").mkdir(parents=True)
+    (toy / "benchmarks" / "timings.py").write_text((ROOT / "benchmarks" / "timings.py").read_text())
+    (toy / "tests" / "scripts" / "verl" / "grpo_trainer").mkdir(parents=True)
+    (toy / "tests" / "scripts" / "verl" / "grpo_trainer" / "run_deepseek7b_llm.sh").write_text("true\n")
+    (toy / "README.md").write_text(TOY_README)
+    (toy / "docs").mkdir()
+    (toy / "docs" / "timings.md").write_text(f"{PROSE_HEAD}{timings.BEGIN}\n{timings.END}{PROSE_TAIL}")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=toy, check=True)
+    subprocess.run([*git, "add", "."], cwd=toy, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "toy"], cwd=toy, check=True)
+    done = subprocess.run([sys.executable, "benchmarks/timings.py", "--fresh", str(tmp_path / "run"), "--suite"],
+                          cwd=toy, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = (toy / "docs" / "timings.md").read_text()
+    rows = timing_rows(written)
+    first = TOY_FIRST
+    assert list(rows) == [first, *timings.parts(first), *(f"verl-rfpp {c}" for c in (
+        "recipe reinforce_plus_plus_baseline", f"check {timings.NAME}",
+        f"check tests/scripts/verl/grpo_trainer/run_deepseek7b_llm.sh {timings.NAME}", "doctor")),
+        'true && echo "3 passed in 0.01s" # pytest', "true", 'echo "3 passed in 0.01s" # pytest',
+        'true && echo "1 failed, 1 passed in 0.01s" # pytest --durations=15',
+        'echo "1 failed, 1 passed in 0.01s" # pytest --durations=15']
+    assert "once; pytest: 3 passed in 0.01s" in written and "`true` ran above" in written
+    home = tmp_path / "run" / "home"
+    log = (tmp_path / "run" / "logs" / "05.log").read_text()  # the first `verl-rfpp recipe`: the fresh HOME
+    assert log == f"{home} recipe reinforce_plus_plus_baseline\n"
+    assert f"- `{timings.parts(first)[2]}`: `HOME/marker`, `TMPDIR/left`" in written
+    assert "- at the end: `HOME/marker (0 bytes)`, `TMPDIR/left (0 bytes)`" in written
+    assert written.startswith(PROSE_HEAD) and written.endswith(PROSE_TAIL)
