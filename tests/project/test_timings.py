@@ -69,7 +69,7 @@ def sample_run() -> object:
                 row("verl-rfpp recipe x", 0.5249, "median of 3 fresh processes (0.52, 0.50, 0.61 s)"),
                 row("verl-rfpp check a|b", 12.25, "once; pytest: 1 failed | 2 passed in 9.1s", exits="1")]
     run.slowest = {"python -m pytest -q tests --durations=15": ["0.02s call     test_s.py::test_a"]}
-    run.failed = {"python -m pytest -q tests": ["tests/a.py::test_b"]}
+    run.failed = {"python -m pytest -q tests": ["t/a.py::test_b"]}
     run.left = {"verl-rfpp demo": ["HOME/.cache/huggingface/datasets/x/"], "at the end": []}
     return run
 
@@ -89,7 +89,7 @@ def test_rendered_rows_read_back_as_the_sample_and_the_prose_stays() -> None:
     cells = [len(text.replace("\\|", "").split("|")) for text in written.splitlines() if text.startswith("| `")]
     assert cells == [len(header.split("|"))] * 5
     assert "```\n0.02s call     test_s.py::test_a\n```" in written
-    assert "Failed in `python -m pytest -q tests`: `tests/a.py::test_b`" in written
+    assert "Failed in `python -m pytest -q tests`: `t/a.py::test_b`" in written
     assert "- `verl-rfpp demo`: `HOME/.cache/huggingface/datasets/x/`\n- at the end: nothing" in written
 
 
@@ -205,7 +205,7 @@ def test_a_fresh_run_of_a_toy_checkout_measures_its_readmes_commands_with_a_fres
     first = TOY_FIRST
     assert list(rows) == [first, *timings.parts(first), *(f"verl-rfpp {c}" for c in (
         "recipe reinforce_plus_plus_baseline", f"check {timings.NAME}",
-        f"check tests/scripts/verl/grpo_trainer/run_deepseek7b_llm.sh {timings.NAME}", "doctor")),
+        f"check {timings.example_script(toy)} {timings.NAME}", "doctor")),
         'true && echo "3 passed in 0.01s" # pytest', "true", 'echo "3 passed in 0.01s" # pytest',
         'true && echo "1 failed, 1 passed in 0.01s" # pytest --durations=15',
         'echo "1 failed, 1 passed in 0.01s" # pytest --durations=15']
