@@ -48,7 +48,8 @@ def speed_claims(performance: str) -> tuple[list[str], list[str]]:
 
 
 def timing_rows(timings: str) -> dict[str, str]:
-    """``{command: measured}`` from docs/timings.md's table (first column a command in backticks)."""
+    """``{command: measured}`` from docs/timings.md's table (first column a command in backticks;
+    benchmarks/timings.py writes it, tests/project/test_timings.py reads what it writes with this)."""
     rows = dict(re.findall(r"(?m)^\| `([^`]+)` \| ([^|]+?) \|", timings))
     assert rows, "docs/timings.md has no table of commands"
     return rows
@@ -83,8 +84,6 @@ def test_the_readmes_speedups_are_the_whole_range_of_the_benchmark_table() -> No
 
 def test_every_duration_in_the_readme_is_a_measured_row_of_docs_timings() -> None:
     rows = timing_rows((ROOT / "docs" / "timings.md").read_text())
-    stated = [figure for figure in rows.values() if figure in README]
-    assert stated, "the README states none of docs/timings.md's figures"
     limits = gpu_check_limits((ROOT / "benchmarks" / "gpu_check.sh").read_text())
     assert limits in README
     assert durations_without_a_measurement(README, [*rows.values(), limits]) == []
