@@ -165,13 +165,13 @@ def _readme_screen() -> tuple[list[str], str]:
     return code, "\n".join(prose)
 
 
-def test_the_readmes_first_screen_is_the_install_then_the_two_commands() -> None:
-    """Issue 50: the install into an existing verl environment (the card's first use: it keeps that
-    environment's torch and verl) comes first, then the two commands of a fresh machine, the demo
-    and the whole suite, the suite's line behind the marker ``.ci/run`` reads; no other command
-    crowds the first screen."""
+def test_the_readmes_first_screen_is_the_two_commands_then_the_install() -> None:
+    """The README starts with the two commands of a fresh machine, the demo and the whole suite (the
+    suite's line behind the marker ``.ci/run`` reads), then, still on the first screen (issue 50), the
+    install into an existing verl environment (the card's first use: it keeps that environment's
+    torch and verl); no other command crowds the first screen."""
     code, prose = _readme_screen()
-    assert code == ["pip install --dry-run .", "pip install .", "verl-rfpp doctor", DEMO, SUITE]
+    assert code == [DEMO, SUITE, "pip install --dry-run .", "pip install .", "verl-rfpp doctor"]
     assert "keeps that environment's torch and verl" in " ".join(prose.split())
     lines = (ROOT / "README.md").read_text().splitlines()
     marker = lines.index("<!-- test-command -->")
