@@ -415,8 +415,10 @@ def test_the_committed_report_and_results_are_what_the_rule_says(spec, optimizer
     words = " ".join(text[len(generated):].split())
     for claim in noisy_analysis.CLAIMS:  # the hand-written notes repeat no verdict
         assert claim.text not in words
+    paragraph = (COMMITTED / name("bandit-paragraph.txt")).read_text()  # what write_noisy_report wrote
+    assert paragraph == noisy_report.bandit_paragraph(saved) + "\n"
     bandit = " ".join((COMMITTED.parents[1] / "bandit.md").read_text().split())
-    assert " ".join(noisy_report.bandit_paragraph(saved).split()) in bandit
+    assert " ".join(paragraph.split()) in bandit
 
 
 def test_the_hand_written_why_names_the_channel_the_rule_found():

@@ -194,8 +194,8 @@ def test_sgd_runs_and_files_are_named_apart_from_adamw_s(tmp_path, spec):
     assert text.startswith("# Noisy rewards on prompts with nothing to learn, in verl's real trainer (CPU): design "
                            "`separate`, plain SGD")
     assert "AdamW" not in text and "(plain SGD, lr 0.15" in text
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["sgd-noisy_lr0.15.png", "sgd-report.md",
-                                                                     "sgd-results.json"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["sgd-bandit-paragraph.txt", "sgd-noisy_lr0.15.png",
+                                                                     "sgd-report.md", "sgd-results.json"]
 
 
 def test_a_design_without_a_chosen_sgd_rate_is_refused_without_lrs():
