@@ -321,7 +321,7 @@ def key_rows():
             readers.setdefault(key.name, []).append(rule_id)
             if key.required:
                 required.setdefault(key.name, set()).update(key.families or rule_families)
-    return [[f"`{name}`", ", ".join(readers[name]), validation._TYPE_NAMES[key.kind], "yes" if key.optional else "no",
+    return [[f"`{name}`", ", ".join(readers[name]), validation.TYPE_NAMES[key.kind], "yes" if key.optional else "no",
              _value(key.default), _value(key.fallback), _families(required[name]) if name in required else "-"]
             for name, key in keys.items()]
 

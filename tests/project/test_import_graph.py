@@ -114,6 +114,8 @@ def test_the_graph_sees_every_kind_of_import():
     assert any(target == "verl_rfpp.tools.scripts" for target, _ in IMPORTS["verl_rfpp.tools.multinode"])
     assert any(target == "verl_rfpp.cpu.launch" for target, _ in IMPORTS["verl_rfpp.tools.cli"])  # inside a function
     assert "verl_rfpp.tools.reader.shell" not in {target for target, _ in IMPORTS["verl_rfpp.tools.reader.builtins"]}
+    assert {"verl_rfpp.rules.table", "verl_rfpp.rules.keys"} <= {t for t, _ in IMPORTS["verl_rfpp.validation"]}
+    assert "verl_rfpp.rules.keys" in {target for target, _ in IMPORTS["verl_rfpp.rules.table"]}  # within a part
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
