@@ -17,6 +17,7 @@ from __future__ import annotations
 from verl_rfpp.rules.checks import enforce, kl_in_use, reads, violations, warnings_for
 from verl_rfpp.rules.keys import (
     ADDED_KEYS,
+    ADV_ESTIMATOR,
     ENGINE_ROLES,
     KL_COEF_FALLBACK,
     SEQUENCE_SPLITTING_KEY,
@@ -54,8 +55,8 @@ from verl_rfpp.rules.table import (
 from verl_rfpp.rules.violation import ConfigViolationError, Violation, fix_line, fix_overrides
 
 __all__ = [
-    "ADDED_KEYS", "ALL", "COMPLETENESS", "ENGINE_ROLES", "K1_NAMES", "K2_NAMES", "KL_COEF_FALLBACK", "RECIPES",
-    "RULES", "SEQUENCE_SPLITTING_KEY", "TYPE_NAMES", "USE_KL_IN_REWARD", "USE_KL_LOSS", "WARNING_KEYS",
+    "ADDED_KEYS", "ADV_ESTIMATOR", "ALL", "COMPLETENESS", "ENGINE_ROLES", "K1_NAMES", "K2_NAMES", "KL_COEF_FALLBACK",
+    "RECIPES", "RULES", "SEQUENCE_SPLITTING_KEY", "TYPE_NAMES", "USE_KL_IN_REWARD", "USE_KL_LOSS", "WARNING_KEYS",
     "ConfigViolationError", "Key", "MisspeltEstimatorError", "Rule", "UnreadableConfigError", "Violation",
     "clip_ratios", "enforce", "estimator_name", "estimator_of", "fix_line", "fix_overrides", "kl_in_use",
     "kl_in_use_keys", "misspelt_estimator", "near_miss", "normalized", "reads", "record_of", "required_keys", "rule",
