@@ -298,6 +298,15 @@ def _families(families):
                                                                           if f in families)
 
 
+def test_a_rule_reads_only_its_own_keys():
+    """A find function reads its rule's ``Key`` records through the rule; another rule's key is refused."""
+    config = OmegaConf.create({"algorithm": {"gamma": 0.5}})
+    gamma = validation.rule("6.2.10").keys[0]
+    assert validation.rule("6.2.10").value(config, gamma) == 0.5
+    with pytest.raises(ValueError, match=r"rule 6\.2\.1 reads algorithm\.gamma, which is not one of its keys"):
+        validation.rule("6.2.1").value(config, gamma)
+
+
 def test_the_contracts_rule_table_is_the_rule_table():
     """6.2's table: id -> (families, keys), as ``RULES`` declares them."""
     rows = {rule_id: (families, tuple(re.findall(r"`([^`]+)`", keys)))
@@ -321,7 +330,7 @@ def key_rows():
             readers.setdefault(key.name, []).append(rule_id)
             if key.required:
                 required.setdefault(key.name, set()).update(key.families or rule_families)
-    return [[f"`{name}`", ", ".join(readers[name]), validation._TYPE_NAMES[key.kind], "yes" if key.optional else "no",
+    return [[f"`{name}`", ", ".join(readers[name]), validation.TYPE_NAMES[key.kind], "yes" if key.optional else "no",
              _value(key.default), _value(key.fallback), _families(required[name]) if name in required else "-"]
             for name, key in keys.items()]
 

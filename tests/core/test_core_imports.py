@@ -1,8 +1,8 @@
 """The numerical core (``verl_rfpp/core/``) and the design card's top-level modules
-(``estimators.py``, ``losses.py``, ``validation.py``, and the ``catalog.py`` they read) import no
-verl (docs/layout.md): every import statement of every one of them, at any depth, names the
-standard library, torch, numpy, numba, pandas, omegaconf or another of these verl-free modules
-(``errors``, ``absent`` too)."""
+(``estimators.py``, ``losses.py``, ``validation.py`` with the ``rules/`` package it re-exports, and
+the ``catalog.py`` they read) import no verl (docs/layout.md): every import statement of every one
+of them, at any depth, names the standard library, torch, numpy, numba, pandas, omegaconf or another
+of these verl-free modules (``errors``, ``absent`` too)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "verl_rfpp"
 CORE = PACKAGE / "core"
+RULES = PACKAGE / "rules"
 CARD = ("estimators", "losses", "validation", "catalog")
 ALLOWED = {"torch", "numpy", "numba", "pandas", "omegaconf", "__future__"} | set(sys.stdlib_module_names)
-OURS = ("verl_rfpp.core", *(f"verl_rfpp.{name}" for name in (*CARD, "errors", "absent")))
+OURS = ("verl_rfpp.core", "verl_rfpp.rules", *(f"verl_rfpp.{name}" for name in (*CARD, "errors", "absent")))
 
 
 def _imported(tree: ast.AST, package: str) -> list[str]:
@@ -32,12 +33,13 @@ def _imported(tree: ast.AST, package: str) -> list[str]:
 
 
 def test_the_core_and_the_cards_modules_import_no_verl():
-    modules = [*sorted(CORE.glob("*.py")), *(PACKAGE / f"{name}.py" for name in CARD)]
+    modules = [*sorted(CORE.glob("*.py")), *sorted(RULES.glob("*.py")), *(PACKAGE / f"{name}.py" for name in CARD)]
     assert {path.stem for path in modules} >= {"estimators", "normalization", "passes", "kernels", "inputs",
-                                                 "groups", "losses", "metrics", "validation", "catalog"}
+                                                 "groups", "losses", "metrics", "validation", "catalog",
+                                                 "keys", "table", "checks", "names"}
     foreign = {}
     for path in modules:
-        package = "verl_rfpp.core" if path.parent == CORE else "verl_rfpp"
+        package = {CORE: "verl_rfpp.core", RULES: "verl_rfpp.rules"}.get(path.parent, "verl_rfpp")
         for name in _imported(ast.parse(path.read_text()), package):
             if not (name.split(".")[0] in ALLOWED or any(name == ours or name.startswith(ours + ".") for ours in OURS)):
                 foreign.setdefault(path.name, []).append(name)

@@ -114,6 +114,8 @@ def test_the_graph_sees_every_kind_of_import():
     assert any(target == "verl_rfpp.cli.scripts" for target, _ in IMPORTS["verl_rfpp.cli.multinode"])
     assert any(target == "verl_rfpp.cpu.launch" for target, _ in IMPORTS["verl_rfpp.cli.main"])  # inside a function
     assert "verl_rfpp.bash_reader.shell" not in {target for target, _ in IMPORTS["verl_rfpp.bash_reader.builtins"]}
+    assert {"verl_rfpp.rules.table", "verl_rfpp.rules.keys"} <= {t for t, _ in IMPORTS["verl_rfpp.validation"]}
+    assert "verl_rfpp.rules.keys" in {target for target, _ in IMPORTS["verl_rfpp.rules.table"]}  # within a part
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 

@@ -49,7 +49,7 @@ class Verdict:
     def summary(self) -> str:
         """The last line of an accepted verdict; for a run of ours it names the KL in use (section 6.5)."""
         if self.estimator is None:
-            return (f"algorithm.adv_estimator={self.name}: not a verl-rfpp estimator; "
+            return (f"{validation.ADV_ESTIMATOR.name}={self.name}: not a verl-rfpp estimator; "
                     "verl-rfpp does not touch this run.")
         return f"OK: this config runs {self.estimator} as docs/contract.md defines it; KL: {self.kl}."
 
