@@ -438,8 +438,8 @@ def load(path: Path) -> tuple[list[dict], tuple[dict, ...]]:
 def write_noisy_report(out: Path, records: list[dict], spec: dict, notes: str = "",
                        control: tuple[dict, ...] = (), written_by: str = "") -> None:
     """results.json, one plot per lr and noise level, report.md (``notes`` appended) and, for the
-    separate design, ``bandit-paragraph.txt`` (``bandit_paragraph``: what docs/bandit.md says of the
-    arm), named by ``output_name``."""
+    separate design with GRPO and the baseline both run, ``bandit-paragraph.txt`` (``bandit_paragraph``:
+    what docs/bandit.md says of the arm), named by ``output_name``."""
     out.mkdir(parents=True, exist_ok=True)
     design = spec["design"]
     start = initial(spec)
@@ -450,7 +450,7 @@ def write_noisy_report(out: Path, records: list[dict], spec: dict, notes: str = 
     text = noisy_report_text(records, spec, control, written_by)
     (out / output_name(design, "report.md", optimizer, armed(records))).write_text(
         text + (("\n" + notes.strip() + "\n") if notes else ""))
-    if design == noisy_task.SEPARATE.key:  # the paragraph docs/bandit.md quotes (a test holds the quote to it)
-        saved = json.loads((out / output_name(design, "results.json", optimizer, armed(records))).read_text())
+    saved = json.loads((out / output_name(design, "results.json", optimizer, armed(records))).read_text())
+    if design == noisy_task.SEPARATE.key and saved["verdicts"]:  # GRPO and the baseline both ran: docs/bandit.md
         (out / output_name(design, "bandit-paragraph.txt", optimizer, armed(records))).write_text(
             bandit_paragraph(saved) + "\n")
