@@ -244,3 +244,48 @@ def test_a_refused_resume_lets_its_folder_go(tmp_path, capsys):
     assert cli.main(["demo", "--resume", "--steps", "4", "--out", str(tmp_path)]) == 2
     assert "names step 99" in capsys.readouterr().out
     os.close(checkpoints.hold_folder(tmp_path))
+
+
+def test_the_demos_ray_token_is_its_own_in_the_runs_folder_unless_the_user_chose(tmp_path):
+    """Ray 2.5x turns token auth on for a local cluster and, with no token anywhere, writes
+    ``~/.ray/auth_token`` and leaves it (issue 50 item 5): the demo's cluster gets a token of its own
+    in the run's folder instead (auth stays on), readable by its owner only; any ``RAY_AUTH_*`` a
+    user set is theirs, and nothing is written."""
+    from verl_rfpp.cpu import cluster
+
+    env: dict[str, str] = {}
+    path = cluster.private_auth_token(tmp_path / "tmp", env)
+    assert path == str(tmp_path / "tmp" / cluster.AUTH_TOKEN_FILE) and env == {"RAY_AUTH_TOKEN_PATH": path}
+    token = Path(path).read_text()
+    assert len(token) == 64 and int(token, 16) >= 0 and os.stat(path).st_mode & 0o777 == 0o600
+    assert cluster.private_auth_token(tmp_path / "again", {}) and Path(tmp_path / "again" / cluster.AUTH_TOKEN_FILE
+                                                                       ).read_text() != token  # fresh each run
+    for name in cluster.AUTH_VARIABLES:
+        chosen = {name: "disabled" if name == "RAY_AUTH_MODE" else "users"}
+        assert cluster.private_auth_token(tmp_path / name, chosen) is None and chosen == {name: chosen[name]}
+        assert not (tmp_path / name).exists()
+
+
+def test_the_demos_private_caches_last_as_long_as_its_run(tmp_path, monkeypatch):
+    """During the run the demo's processes see torch's cache and Ray's token in the run's folder
+    (the trainer inherits this process's environment); after it, this process's environment is as
+    it was, so a second demo in the same process decides afresh (no stale token path)."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # tests/conftest.py's: a user's process has none
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    seen = []
+
+    def run_demo(args, out):  # in place of the trainer
+        seen.append({name: os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "RAY_AUTH_TOKEN_PATH")})
+        return True
+
+    monkeypatch.setattr(cli, "_run_demo", run_demo)
+    for run in ("one", "two"):
+        assert cli.main(["demo", "--steps", "1", "--out", str(tmp_path / run)]) == 0
+        assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ and "RAY_AUTH_TOKEN_PATH" not in os.environ
+    temp = [tmp_path / run / "tmp" for run in ("one", "two")]
+    assert seen == [{"TORCHINDUCTOR_CACHE_DIR": str(folder / "torchinductor"),
+                     "RAY_AUTH_TOKEN_PATH": str(folder / "ray_auth_token")} for folder in temp]
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a user's choice is kept, and stays
+    assert cli.main(["demo", "--steps", "1", "--out", str(tmp_path / "three")]) == 0
+    assert seen[-1]["RAY_AUTH_TOKEN_PATH"] is None and os.environ["RAY_AUTH_MODE"] == "disabled"

@@ -69,15 +69,22 @@ class KilledRun:
     ray_folders_left: list
     tracker: tuple
     written_after: list
+    home_and_tmpdir_left: list
 
 
 def _kill_demo(arguments: list[str], out: Path, ready) -> KilledRun:
     """``verl-rfpp demo ARGUMENTS --out OUT`` in a process group of its own, killed with SIGKILL
-    (the group: the launcher; the trainer runs in a session of its own) once ``ready()``."""
+    (the group: the launcher; the trainer runs in a session of its own) once ``ready()``, with a
+    private, empty ``HOME`` and ``TMPDIR`` (and torch's default cache folder, as a user's run has it)."""
     printed = out.parent / f"{out.name}.out"
+    home, scratch = out.parent / f"{out.name}-home", out.parent / f"{out.name}-tmp"
+    home.mkdir()
+    scratch.mkdir()
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(scratch)}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # tests/conftest.py's: a user's demo has torch's default
     with open(printed, "w") as stdout:
         demo = subprocess.Popen([sys.executable, "-m", "verl_rfpp.cli", "demo", *arguments, "--out", str(out)],
-                                stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         deadline = time.monotonic() + 900
         while not ready() and demo.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -97,8 +104,9 @@ def _kill_demo(arguments: list[str], out: Path, ready) -> KilledRun:
     metrics = {line["step"]: {"step": line["step"], **{key: line["data"][key] for key in sorted(line["data"])
                                                         if not run_metrics.is_clock_metric(key)}} for line in lines}
     digests = run_metrics.weight_digests((out / "trace.txt").read_text().splitlines())
+    left_behind = sorted(str(path.relative_to(out.parent)) for folder in (home, scratch) for path in folder.iterdir())
     return KilledRun(out, printed.read_text(), digests, metrics, alive, left, ray_folders, ray_folders_left,
-                     (at_kill, checkpoints.saved_step(out)), written_after)
+                     (at_kill, checkpoints.saved_step(out)), written_after, left_behind)
 
 
 def _environment(process: psutil.Process) -> dict:
@@ -158,8 +166,10 @@ def test_one_rank_same_seed_same_weights_and_metrics_every_step(one_rank_runs):
 def test_nothing_of_a_killed_demo_outlives_it(one_rank_runs):
     """SIGKILL of the demo's process group (the launcher alone: the trainer has a session of its
     own): within ``KILL_BOUND_S`` no process of the run is alive (the trainer and its Ray: the guard,
-    ``verl_rfpp.cpu.guard``, killed them), Ray's temporary folder is removed, and no checkpoint was
-    written after the kill."""
+    ``verl_rfpp.cpu.guard``, killed them), Ray's temporary folder is removed, no checkpoint was
+    written after the kill, and nothing is left in the demo's HOME or TMPDIR (issue 50 item 5: torch's
+    cache and Ray's token are in the run's folder; before, ``~/.ray/auth_token`` and
+    ``$TMPDIR/torchinductor_USER`` stayed after every demo)."""
     killed = one_rank_runs["killed"]
     assert len(killed.alive_at_kill) >= 5, killed.alive_at_kill  # the trainer, Ray's GCS and raylet, workers
     assert not killed.left, [(p.pid, p.name()) for p in killed.left]
@@ -167,6 +177,7 @@ def test_nothing_of_a_killed_demo_outlives_it(one_rank_runs):
     assert killed.tracker == (2, 2) and not killed.written_after, (killed.tracker, killed.written_after)
     assert "step 4/4" not in killed.out, killed.out
     assert "killed" in (killed.directory / launch.GUARD_LOG).read_text()
+    assert killed.home_and_tmpdir_left == [], killed.home_and_tmpdir_left
 
 
 @pytest.mark.e2e

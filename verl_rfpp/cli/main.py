@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import shutil
 import sys
 import tempfile
@@ -149,8 +150,6 @@ def _demo(args: argparse.Namespace) -> int:
         print("verl-rfpp demo: --resume continues the run in --out DIR; give the --out of the run that saved "
               "with --save-every N.")
         return 2
-    import os
-
     from verl_rfpp.cpu import checkpoints, demo
     from verl_rfpp.errors import LaunchError
 
@@ -190,8 +189,9 @@ def _demo_in(args: argparse.Namespace, demo, checkpoints) -> int:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, terminated)
+    private: list[str] = []
     try:
-        _private_caches(out)
+        private.extend(_private_caches(out))
         passed = _run_demo(args, out)
         keep = keep or not passed
         return 0 if passed else 1
@@ -201,22 +201,28 @@ def _demo_in(args: argparse.Namespace, demo, checkpoints) -> int:
         return 128 + getattr(signal, stopped_by["name"])
     finally:
         signal.signal(signal.SIGTERM, previous)
+        for name in private:  # the process's own environment as it was (a caller's next run decides afresh)
+            os.environ.pop(name, None)
         if not keep:
             shutil.rmtree(out, ignore_errors=True)
 
 
-def _private_caches(out: Path) -> None:
+def _private_caches(out: Path) -> list[str]:
     """What the demo's processes would leave in the user's HOME and TMPDIR goes to the run's folder
     instead (contract section 6.5: nothing left behind): torch's ``torchinductor_USER`` folder, made
     in the temporary directory when torch is imported (by the demo before its trainer, which has the
     run's TMPDIR), and Ray's token file (``~/.ray/auth_token``, written when a local cluster starts).
-    A location the user set (``TORCHINDUCTOR_CACHE_DIR``, Ray's ``RAY_AUTH_*``) is kept."""
-    import os
-
+    A location the user set (``TORCHINDUCTOR_CACHE_DIR``, Ray's ``RAY_AUTH_*``) is kept. The names
+    of the variables it set, for the caller to remove when the run ends."""
     from verl_rfpp.cpu import cluster, configuration
 
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(out / configuration.TEMP / "torchinductor"))
-    cluster.private_auth_token(out / configuration.TEMP)
+    set_here = []
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(out / configuration.TEMP / "torchinductor")
+        set_here.append("TORCHINDUCTOR_CACHE_DIR")
+    if cluster.private_auth_token(out / configuration.TEMP):
+        set_here.append("RAY_AUTH_TOKEN_PATH")
+    return set_here
 
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # an --out the demo cannot write
