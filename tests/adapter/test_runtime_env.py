@@ -27,6 +27,8 @@ def _job_env(overrides):
 
 @pytest.mark.parametrize("estimator", catalog.names())
 def test_our_runs_ask_every_ray_process_for_the_plugin_at_the_drivers_version(estimator, monkeypatch):
+    import verl  # noqa: F401  (imported first: importing verl imports what the variable names, which is no module)
+
     monkeypatch.setenv(runtime_env.MODULES_ENV, "someone.elses_module")
     env_vars = _job_env(list(validation.RECIPES[estimator]))["env_vars"]
     assert env_vars[runtime_env.MODULES_ENV] == "someone.elses_module,verl_rfpp.plugin"
@@ -107,13 +109,26 @@ finally:
 
 def _job_sees(tmp_path, overrides):
     import json
+    import shutil
+    import tempfile
+
+    from verl_rfpp.cpu import cluster
 
     script, out = tmp_path / "run_ppo.py", tmp_path / "job_env.json"
     script.write_text(RUN_PPO)
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ADDRESS": ""}
+    # Ray's session files in a short folder of their own (a socket path has at most 107 bytes), removed
+    # after, and a token of its own: nothing left in TMPDIR or ~/.ray (Ray keeps a session's folder)
+    ray_folder = tempfile.mkdtemp(prefix="ray-")
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ADDRESS": "", "RAY_TMPDIR": ray_folder}
+    for name in cluster.AUTH_VARIABLES:
+        env.pop(name, None)
+    cluster.private_auth_token(ray_folder, env)
     env.pop("VERL_USE_EXTERNAL_MODULES", None)
-    run = subprocess.run([sys.executable, str(script), str(out), json.dumps(overrides)], capture_output=True,
-                         text=True, timeout=600, env=env, cwd=tmp_path)
+    try:
+        run = subprocess.run([sys.executable, str(script), str(out), json.dumps(overrides)], capture_output=True,
+                             text=True, timeout=600, env=env, cwd=tmp_path)
+    finally:
+        shutil.rmtree(ray_folder, ignore_errors=True)
     assert run.returncode == 0 and out.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     return json.loads(out.read_text()), run
 
