@@ -444,13 +444,13 @@ def write_noisy_report(out: Path, records: list[dict], spec: dict, notes: str = 
     design = spec["design"]
     start = initial(spec)
     optimizer = optimizer_of(records[0])
-    (out / output_name(design, "results.json", optimizer, armed(records))).write_text(
-        json.dumps(results(records, spec, control), indent=1))
+    named = {file: out / output_name(design, file, optimizer, armed(records))
+             for file in ("results.json", "report.md", "bandit-paragraph.txt")}
+    dumped = json.dumps(results(records, spec, control), indent=1)
+    named["results.json"].write_text(dumped)
     noisy_plots(out, [*records, *control], start, best_quality(spec), prompt_blind_quality(spec), design)
     text = noisy_report_text(records, spec, control, written_by)
-    (out / output_name(design, "report.md", optimizer, armed(records))).write_text(
-        text + (("\n" + notes.strip() + "\n") if notes else ""))
-    saved = json.loads((out / output_name(design, "results.json", optimizer, armed(records))).read_text())
+    named["report.md"].write_text(text + (("\n" + notes.strip() + "\n") if notes else ""))
+    saved = json.loads(dumped)  # as a reader of results.json has it (the paragraph's test reads the file)
     if design == noisy_task.SEPARATE.key and saved["verdicts"]:  # GRPO and the baseline both ran: docs/bandit.md
-        (out / output_name(design, "bandit-paragraph.txt", optimizer, armed(records))).write_text(
-            bandit_paragraph(saved) + "\n")
+        named["bandit-paragraph.txt"].write_text(bandit_paragraph(saved) + "\n")
