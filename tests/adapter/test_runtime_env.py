@@ -116,9 +116,10 @@ def _job_sees(tmp_path, overrides):
 
     script, out = tmp_path / "run_ppo.py", tmp_path / "job_env.json"
     script.write_text(RUN_PPO)
-    # Ray's session files in a short folder of their own (a socket path has at most 107 bytes), removed
-    # after, and a token of its own: nothing left in TMPDIR or ~/.ray (Ray keeps a session's folder)
-    ray_folder = tempfile.mkdtemp(prefix="ray-")
+    # Ray's session files in a short folder of their own under /tmp (a socket path has at most 107 bytes;
+    # cpu/cluster.py's LocalCluster does the same), removed after, and a token of its own: nothing left
+    # in TMPDIR or ~/.ray (Ray keeps a session's folder)
+    ray_folder = tempfile.mkdtemp(prefix="rfpp-ray-", dir="/tmp")
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ADDRESS": "", "RAY_TMPDIR": ray_folder}
     for name in cluster.AUTH_VARIABLES:
         env.pop(name, None)

@@ -208,21 +208,17 @@ def _demo_in(args: argparse.Namespace, demo, checkpoints) -> int:
 
 
 def _private_caches(out: Path) -> list[str]:
-    """What the demo's processes would leave in the user's HOME and TMPDIR goes to the run's folder
-    instead (contract section 6.5: nothing left behind): torch's ``torchinductor_USER`` folder, made
-    in the temporary directory when torch is imported (by the demo before its trainer, which has the
-    run's TMPDIR), and Ray's token file (``~/.ray/auth_token``, written when a local cluster starts).
-    A location the user set (``TORCHINDUCTOR_CACHE_DIR``, Ray's ``RAY_AUTH_*``) is kept. The names
-    of the variables it set, for the caller to remove when the run ends."""
-    from verl_rfpp.cpu import cluster, configuration
+    """Torch's ``torchinductor_USER`` folder, which importing torch makes in the temporary directory
+    (the demo imports it before its trainer, which has the run's TMPDIR), goes to the run's folder
+    instead (contract section 6.5: nothing left behind; Ray's token is the run's own too:
+    ``configuration.command``, ``cluster.LocalCluster``). A ``TORCHINDUCTOR_CACHE_DIR`` the user set
+    is kept. The names of the variables it set, for the caller to remove when the run ends."""
+    from verl_rfpp.cpu import configuration
 
-    set_here = []
-    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(out / configuration.TEMP / "torchinductor")
-        set_here.append("TORCHINDUCTOR_CACHE_DIR")
-    if cluster.private_auth_token(out / configuration.TEMP):
-        set_here.append("RAY_AUTH_TOKEN_PATH")
-    return set_here
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return []
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(out / configuration.TEMP / "torchinductor")
+    return ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # an --out the demo cannot write

@@ -88,6 +88,7 @@ class LocalCluster:
         self.temp_dir: Optional[str] = None
         self._cluster: Any = None
         self._saved_tmpdir: Optional[str] = None
+        self._token = False  # whether start() named a token of the cluster's own in os.environ
         self._saved_sigterm: Any = None
         self._before: Optional[set[int]] = None  # this process's children before the cluster
         self._nodes_by_index: dict[int, Any] = {}  # Ray's Node objects
@@ -112,6 +113,8 @@ class LocalCluster:
         os.makedirs(os.path.join(self.temp_dir, "ray"))  # where Ray looks under RAY_TMPDIR
         self._saved_tmpdir = os.environ.get("RAY_TMPDIR")
         os.environ["RAY_TMPDIR"] = self.temp_dir  # Ray's address file and sessions, not /tmp/ray's
+        # the cluster's own token (its nodes and the driver that joins inherit it), not ~/.ray's
+        self._token = private_auth_token(self.temp_dir) is not None
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             self._saved_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         self._before = _children()
@@ -178,6 +181,9 @@ class LocalCluster:
             if self._saved_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._saved_sigterm)
                 self._saved_sigterm = None
+            if self._token:
+                os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+                self._token = False
             if self._saved_tmpdir is None:
                 os.environ.pop("RAY_TMPDIR", None)
             else:

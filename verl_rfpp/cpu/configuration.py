@@ -222,4 +222,7 @@ def command(estimator: str, out_dir: Path, steps: int = 2, legacy: bool = False,
                                   nodes, address, save_every, resume, example)
     env = {**trainer_environment(out_dir, ours), **(extra_env or {})}
     Path(env["TMPDIR"]).mkdir(exist_ok=True)
+    # the Ray verl starts gets a token of its own in the run's folder (Ray would leave ~/.ray/auth_token);
+    # a cluster the run joins (LocalCluster's) or a user's RAY_AUTH_* choice is already in env and kept
+    cluster.private_auth_token(env["TMPDIR"], env)
     return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *extra_overrides], env
